@@ -1,0 +1,214 @@
+"""One registry mechanism for tasks and attention backends.
+
+Built-ins register with a decorator at import time; separate packages add entries through a
+Python entry-point group, discovered lazily on first lookup so a broken plugin never costs
+anything (nor breaks anything) until someone asks for the list. Ad-hoc local variants are
+reachable as ``path/to/file.py:ClassName`` or ``package.module:ClassName`` without packaging.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class RegistryError(Exception):
+    """Base class: every registry problem is a user-facing, one-line message."""
+
+
+class UnknownNameError(RegistryError, LookupError):
+    """Lookup of a name nobody registered; the message lists the valid names."""
+
+
+class DuplicateNameError(RegistryError):
+    """Two registrations under one name; the message names both origins."""
+
+
+class PluginLoadError(RegistryError):
+    """A ``module:Object`` / ``file.py:Object`` spec or an entry point that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    name: str
+    obj: T
+    origin: str
+    builtin: bool
+
+
+def _origin_of(obj: object) -> str:
+    module = getattr(obj, "__module__", "?")
+    qualname = getattr(obj, "__qualname__", getattr(obj, "__name__", repr(obj)))
+    return f"{module}:{qualname}"
+
+
+class Registry(Generic[T]):
+    """Name → object map for one kind of thing (``task``, ``attention backend``).
+
+    ``validate`` checks that an object has the right shape (e.g. subclasses ``Task``); it raises
+    ``TypeError`` with a readable message otherwise. Plugins failing it are reported, not fatal.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        group: str,
+        validate: Callable[[object], None] | None = None,
+        builtin_loader: Callable[[], None] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.group = group
+        self._validate = validate
+        self._builtin_loader = builtin_loader
+        self._entries: dict[str, Entry[T]] = {}
+        self._plugins_loaded = False
+        self._builtins_loaded = False
+        #: entry-point name → one-line error, for plugins that failed to load
+        self.broken: dict[str, str] = {}
+
+    # -- registration -------------------------------------------------------------------------
+    def register(self, name: str | None = None) -> Callable[[T], T]:
+        """Decorator registering a built-in under ``name`` (default: the object's ``name``)."""
+
+        def decorate(obj: T) -> T:
+            key = name or getattr(obj, "name", None)
+            if not isinstance(key, str) or not key:
+                raise RegistryError(f"cannot register {_origin_of(obj)}: no name given")
+            self.add(key, obj, builtin=True)
+            return obj
+
+        return decorate
+
+    def add(self, name: str, obj: T, *, builtin: bool = False, origin: str | None = None) -> None:
+        """Add one entry; a second registration under the same name is an error."""
+        if self._validate is not None:
+            self._validate(obj)
+        origin = origin or _origin_of(obj)
+        existing = self._entries.get(name)
+        if existing is not None:
+            if existing.obj is obj:
+                return
+            raise DuplicateNameError(
+                f"{self.kind} {name!r} registered twice: by {existing.origin} and by {origin}"
+            )
+        self._entries[name] = Entry(name, obj, origin, builtin)
+
+    # -- discovery ----------------------------------------------------------------------------
+    def _ensure_builtins(self) -> None:
+        if not self._builtins_loaded:
+            self._builtins_loaded = True
+            if self._builtin_loader is not None:
+                self._builtin_loader()
+
+    def _ensure_plugins(self) -> None:
+        self._ensure_builtins()
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for ep in metadata.entry_points(group=self.group):
+            self._load_entry_point(ep)
+
+    def _load_entry_point(self, ep: metadata.EntryPoint) -> None:
+        where = f"entry point {ep.name!r} ({ep.value})"
+        try:
+            obj = ep.load()
+            if self._validate is not None:
+                self._validate(obj)
+        except Exception as exc:  # a broken plugin must never break the CLI
+            self.broken[ep.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            return
+        existing = self._entries.get(ep.name)
+        if existing is not None:
+            if existing.obj is obj:
+                return
+            if existing.builtin:
+                warnings.warn(
+                    f"plugin {self.kind} {ep.name!r} from {where} ignored: "
+                    f"the built-in {existing.origin} has that name",
+                    stacklevel=2,
+                )
+                return
+            self.broken[ep.name] = (
+                f"DuplicateNameError: {self.kind} {ep.name!r} also provided by {existing.origin}"
+            )
+            return
+        self._entries[ep.name] = Entry(ep.name, obj, where, builtin=False)
+
+    # -- lookup -------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        self._ensure_plugins()
+        return sorted(self._entries)
+
+    def entries(self) -> Iterator[Entry[T]]:
+        self._ensure_plugins()
+        for name in sorted(self._entries):
+            yield self._entries[name]
+
+    def __contains__(self, name: object) -> bool:
+        self._ensure_plugins()
+        return name in self._entries
+
+    def get(self, name: str) -> T:
+        """Object for ``name``, a ``file.py:Object`` path, or a ``module:Object`` spec."""
+        self._ensure_builtins()
+        if name in self._entries:
+            return self._entries[name].obj
+        if ":" in name:
+            return load_object(name, self._validate)
+        self._ensure_plugins()
+        if name in self._entries:
+            return self._entries[name].obj
+        valid = ", ".join(self.names()) or "(none)"
+        hint = f"unknown {self.kind} {name!r}; valid {self.kind}s: {valid}"
+        if name in self.broken:
+            hint += f" ({name!r} is a plugin that failed to load: {self.broken[name]})"
+        raise UnknownNameError(hint)
+
+
+def load_object(spec: str, validate: Callable[[object], None] | None = None) -> object:
+    """Resolve ``path/to/file.py:Name`` or ``package.module:Name`` to the object it names."""
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise PluginLoadError(f"bad spec {spec!r}: expected 'file.py:Name' or 'module:Name'")
+    try:
+        if target.endswith(".py") or "/" in target or "\\" in target:
+            path = Path(target).resolve()
+            if not path.is_file():
+                raise PluginLoadError(f"bad spec {spec!r}: no such file {str(path)!r}")
+            module_name = f"lengthgen_local_{abs(hash(str(path))):x}"
+            module = sys.modules.get(module_name)
+            if module is None:
+                file_spec = importlib.util.spec_from_file_location(module_name, path)
+                if file_spec is None or file_spec.loader is None:
+                    raise PluginLoadError(f"bad spec {spec!r}: cannot import {str(path)!r}")
+                module = importlib.util.module_from_spec(file_spec)
+                sys.modules[module_name] = module
+                file_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(target)
+        obj = getattr(module, attr)
+    except PluginLoadError:
+        raise
+    except AttributeError:
+        names = sorted(n for n, v in vars(module).items() if inspect.isclass(v))
+        raise PluginLoadError(
+            f"bad spec {spec!r}: no {attr!r} in {target!r}; classes there: {', '.join(names)}"
+        ) from None
+    except Exception as exc:
+        raise PluginLoadError(f"cannot load {spec!r}: {type(exc).__name__}: {exc}") from exc
+    if validate is not None:
+        try:
+            validate(obj)
+        except TypeError as exc:
+            raise PluginLoadError(f"cannot use {spec!r}: {exc}") from None
+    return obj
