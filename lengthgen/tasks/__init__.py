@@ -18,7 +18,7 @@ def _validate_task(obj: object) -> None:
 
 def _load_builtins() -> None:
     # Importing the modules runs their @register decorators.
-    from lengthgen.tasks import sequence  # noqa: F401
+    from lengthgen.tasks import flip_flop, max_retrieval, mqmtar, sequence  # noqa: F401
 
 
 TASKS: Registry[type[Task]] = Registry(

@@ -1,0 +1,180 @@
+"""mqmtar: multi-query multi-token associative recall.
+
+Key→value pairs, each key and value a few tokens, sit among filler in the context; after the
+separator come several queried keys, each followed by its value. A sample is right only if every
+value token is, so the model must bind multi-token keys and retrieve multi-token values from a
+context whose number of pairs grows with length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from lengthgen.tasks import register_task
+from lengthgen.tasks.base import BOS, EOS, SEP, Task, TaskBatch, TaskConfig, Vocab
+
+#: Key ids must fit comfortably in int64.
+MAX_KEY_SPACE = 1 << 62
+#: Up to this many keys (or 8 x the number of pairs) keys are drawn by a partial shuffle of the
+#: whole key space; above it by rejection of duplicates, which is cheap when the space is sparse.
+DENSE_KEY_SPACE = 1 << 16
+
+
+class MqmtarConfig(TaskConfig):
+    alphabet: int = Field(32, ge=2, le=4096, description="symbols per key/value token range")
+    key_len: int = Field(2, ge=1, le=16, description="tokens per key")
+    value_len: int = Field(2, ge=1, le=16, description="tokens per value")
+    n_queries: int = Field(4, ge=1, le=256, description="queried keys after the separator")
+    pair_fraction: float = Field(
+        0.5, gt=0.0, le=1.0, description="fraction of the context occupied by key-value pairs"
+    )
+
+    @model_validator(mode="after")
+    def _enough_keys(self) -> MqmtarConfig:
+        space = self.alphabet**self.key_len
+        if space > MAX_KEY_SPACE:
+            raise ValueError(f"alphabet**key_len = {self.alphabet}**{self.key_len} is over 2**62 keys")
+        if space < self.n_queries:
+            raise ValueError(
+                f"n_queries {self.n_queries} needs that many distinct keys, "
+                f"but alphabet**key_len is only {space}"
+            )
+        return self
+
+
+@register_task()
+class Mqmtar(Task):
+    """``bos context sep (key value)*n_queries eos``; the value tokens after each key are scored.
+
+    Context = P pair blocks (key tokens ``k*`` then value tokens ``v*``) and filler ``.`` in a
+    uniformly random arrangement, with P = min(max(n_queries, floor(pair_fraction * L / (K + V))),
+    alphabet**key_len). Keys are distinct within a sample; values are arbitrary; the queries are
+    n_queries distinct keys among the present pairs, in random order.
+    """
+
+    name = "mqmtar"
+    description = "Multi-query multi-token associative recall: after the separator, give each queried key's value."
+    length_unit = "context tokens"
+    Config = MqmtarConfig
+    config: MqmtarConfig
+
+    @property
+    def vocab(self) -> Vocab:
+        a = self.config.alphabet
+        return Vocab.with_specials([f"k{i}" for i in range(a)] + [f"v{i}" for i in range(a)] + ["."])
+
+    @property
+    def block(self) -> int:
+        return self.config.key_len + self.config.value_len
+
+    @property
+    def min_length(self) -> int:
+        return self.config.n_queries * self.block
+
+    @property
+    def default_train_length(self) -> int:
+        return max(64, self.min_length)
+
+    @property
+    def key_offset(self) -> int:
+        return 4
+
+    @property
+    def value_offset(self) -> int:
+        return 4 + self.config.alphabet
+
+    @property
+    def filler(self) -> int:
+        return 4 + 2 * self.config.alphabet
+
+    def n_pairs(self, length: int) -> int:
+        """Number of pairs in a context of ``length`` tokens (grows with length, capped by the keys)."""
+        c = self.config
+        grown = int(c.pair_fraction * length) // self.block
+        return min(max(c.n_queries, grown), c.alphabet**c.key_len)
+
+    def _distinct_keys(self, rng: np.random.Generator, n: int, count: int) -> np.ndarray:
+        """(n, count) key ids, distinct within each row, uniformly random ordered draws."""
+        space = self.config.alphabet**self.config.key_len
+        if space <= max(DENSE_KEY_SPACE, 8 * count):
+            return _random_ordered_subset(rng, n, space, count)
+        keys = rng.integers(0, space, size=(n, count), dtype=np.int64)
+        while True:  # rounds, not items: each round redraws only the repeated occurrences
+            order = np.argsort(keys, axis=1, kind="stable")
+            ranked = np.take_along_axis(keys, order, axis=1)
+            repeat = np.zeros(keys.shape, dtype=bool)
+            repeat[:, 1:] = ranked[:, 1:] == ranked[:, :-1]
+            if not repeat.any():
+                return keys
+            rows, cols = np.nonzero(repeat)
+            where = order[rows, cols]
+            keys[rows, where] = rng.integers(0, space, size=rows.size, dtype=np.int64)
+
+    def _generate(self, rng: np.random.Generator, n: int, length: int, split: str) -> TaskBatch:
+        c = self.config
+        k, v, q, block = c.key_len, c.value_len, c.n_queries, self.block
+        pairs = self.n_pairs(length)
+        fill = length - pairs * block
+        rows = np.arange(n)[:, None]
+
+        key_ids = self._distinct_keys(rng, n, pairs)
+        powers = c.alphabet ** np.arange(k - 1, -1, -1, dtype=np.int64)
+        keys = (key_ids[:, :, None] // powers) % c.alphabet  # (n, P, K), most significant first
+        values = rng.integers(0, c.alphabet, size=(n, pairs, v), dtype=np.int64)
+
+        # Arrange P blocks and F filler tokens: choose which of the P + F slots hold blocks.
+        slots = pairs + fill
+        chosen = np.argpartition(rng.random((n, slots)), pairs - 1, axis=1)[:, :pairs]
+        is_block = np.zeros((n, slots), dtype=bool)
+        is_block[rows, chosen] = True
+        width = np.where(is_block, block, 1)
+        start = np.cumsum(width, axis=1) - width
+        block_start = start[is_block].reshape(n, pairs)  # ascending: blocks in context order
+
+        context = np.full((n, length), self.filler, dtype=np.int64)
+        span = block_start[:, :, None] + np.arange(block)
+        context[rows[:, :, None], span] = np.concatenate(
+            [keys + self.key_offset, values + self.value_offset], axis=2
+        )
+
+        asked = _random_ordered_subset(rng, n, pairs, q)  # (n, Q) indices of queried pairs
+        q_keys = keys[rows, asked]  # (n, Q, K)
+        q_values = values[rows, asked]  # (n, Q, V)
+
+        total = length + 2 + q * block + 1
+        ids = np.empty((n, total), dtype=np.int64)
+        ids[:, 0] = BOS
+        ids[:, 1 : length + 1] = context
+        ids[:, length + 1] = SEP
+        queries = ids[:, length + 2 : length + 2 + q * block].reshape(n, q, block)
+        queries[:, :, :k] = q_keys + self.key_offset
+        queries[:, :, k:] = q_values + self.value_offset
+        ids[:, -1] = EOS
+        mask = np.zeros((n, total), dtype=bool)
+        # The prediction of value token j of query i is made at the position just before it.
+        scored = length + 2 + np.arange(q)[:, None] * block + np.arange(k - 1, block - 1)
+        mask[:, scored.ravel()] = True
+
+        keys_l, values_l = keys.tolist(), values.tolist()
+        source = [
+            {"pairs": [list(kv) for kv in zip(keys_l[b], values_l[b])], "queries": q_keys[b].tolist()}
+            for b in range(n)
+        ]
+        target = q_values.tolist()
+        return TaskBatch(ids, mask, source, target)
+
+
+def _random_ordered_subset(rng: np.random.Generator, n: int, size: int, count: int) -> np.ndarray:
+    """(n, count) distinct draws from range(size) per row, in uniformly random order.
+
+    The ``count`` smallest of ``size`` uniform floats form a uniform subset; sorting them by their
+    float gives a uniform order. Cost O(size) per row plus O(count log count).
+    """
+    u = rng.random((n, size))
+    if count < size:
+        idx = np.argpartition(u, count - 1, axis=1)[:, :count]
+    else:
+        idx = np.broadcast_to(np.arange(size), (n, size))
+    order = np.argsort(np.take_along_axis(u, idx, axis=1), axis=1)
+    return np.take_along_axis(idx, order, axis=1)
