@@ -24,7 +24,10 @@ _OP_NAMES = np.array(["w", "i", "r"], dtype=object)
 
 class FlipFlopConfig(TaskConfig):
     p_ignore: float = Field(
-        0.8, ge=0.0, le=1.0, description="probability of an ignore instruction (writes and reads split the rest)"
+        0.8,
+        ge=0.0,
+        le=1.0,
+        description="probability of an ignore instruction (writes and reads split the rest)",
     )
     eval_variant: Literal["same", "sparse", "dense"] = Field(
         "same", description="on split 'eval': same p_ignore, sparse (p_ignore 0.98) or dense (0.1)"

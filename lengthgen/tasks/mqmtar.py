@@ -54,7 +54,7 @@ class Mqmtar(Task):
     """
 
     name = "mqmtar"
-    description = "Multi-query multi-token associative recall: after the separator, give each queried key's value."
+    description = "Multi-query multi-token associative recall: give the value of each queried key."
     length_unit = "context tokens"
     Config = MqmtarConfig
     config: MqmtarConfig
@@ -158,7 +158,10 @@ class Mqmtar(Task):
 
         keys_l, values_l = keys.tolist(), values.tolist()
         source = [
-            {"pairs": [list(kv) for kv in zip(keys_l[b], values_l[b])], "queries": q_keys[b].tolist()}
+            {
+                "pairs": [list(kv) for kv in zip(keys_l[b], values_l[b], strict=True)],
+                "queries": q_keys[b].tolist(),
+            }
             for b in range(n)
         ]
         target = q_values.tolist()
