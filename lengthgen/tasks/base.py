@@ -124,6 +124,8 @@ class Task(ABC):
             raise TaskInputError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
         if n <= 0:
             raise TaskInputError(f"n must be positive, got {n}")
+        if length <= 0:
+            raise TaskInputError(f"length must be positive, got {length}")
         if length < self.min_length:
             raise TaskInputError(
                 f"length {length} is under the minimum of task {self.name!r} "
