@@ -7,6 +7,7 @@ whether attention stays sharp when the distance to the relevant write changes.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -51,7 +52,7 @@ class FlipFlop(Task):
     Config = FlipFlopConfig
     config: FlipFlopConfig
 
-    @property
+    @cached_property  # the config is frozen; vocabularies can have ~10^5 entries
     def vocab(self) -> Vocab:
         return Vocab.with_specials(["w", "i", "r", "0", "1"])
 

@@ -7,6 +7,8 @@ average over many similar ones.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 from pydantic import Field, model_validator
 
@@ -49,7 +51,7 @@ class MaxRetrieval(Task):
     Config = MaxRetrievalConfig
     config: MaxRetrievalConfig
 
-    @property
+    @cached_property  # the config is frozen; vocabularies can have ~10^5 entries
     def vocab(self) -> Vocab:
         p, c = self.config.n_priorities, self.config.n_classes
         items = [f"p{i}c{j}" for i in range(p) for j in range(c)]

@@ -8,6 +8,8 @@ context whose number of pairs grows with length.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 from pydantic import Field, model_validator
 
@@ -59,7 +61,7 @@ class Mqmtar(Task):
     Config = MqmtarConfig
     config: MqmtarConfig
 
-    @property
+    @cached_property  # the config is frozen; vocabularies can have ~10^5 entries
     def vocab(self) -> Vocab:
         a = self.config.alphabet
         return Vocab.with_specials([f"k{i}" for i in range(a)] + [f"v{i}" for i in range(a)] + ["."])
