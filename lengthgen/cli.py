@@ -153,6 +153,111 @@ def sample_command(
             out.write(" ".join(rendered) + "\n")
 
 
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Selection(str, Enum):
+    id = "id"
+    eight_x = "8x"
+
+
+@app.command("attns")
+def attns_command() -> None:
+    """List the attention backends and the position schemes."""
+    from lengthgen.attention import ATTENTION
+    from lengthgen.attention.positions import POSITION_SCHEMES
+
+    entries = list(ATTENTION.entries())
+    width = max([len(e.name) for e in entries] + [len(n) for n in POSITION_SCHEMES])
+    typer.echo("attention backends (--attn):")
+    for entry in entries:
+        typer.echo(f"  {entry.name:<{width}}  {entry.obj.description}")
+    for name, error in sorted(ATTENTION.broken.items()):
+        typer.echo(f"  {name:<{width}}  [broken plugin] {error}")
+    typer.echo("position schemes (--pos):")
+    for name, scheme in POSITION_SCHEMES.items():
+        typer.echo(f"  {name:<{width}}  {scheme.description}")
+
+
+def format_table(rows: Any) -> str:
+    """Exact match by length as a small fixed-width table."""
+    lines = [f"{'length':>8} {'factor':>7} {'n':>5} {'exact':>7} {'95% CI':>15} {'tok acc':>8} "
+             f"{'entropy':>8} {'support':>8} {'sec':>7}"]
+    for r in rows.itertuples():
+        if r.status != "ok":
+            lines.append(f"failed: {r.error}")
+            continue
+        lines.append(
+            f"{r.eval_length:>8} {str(r.factor) + 'x':>7} {r.n_samples:>5} {r.exact_match:>7.3f} "
+            f"{'[' + format(r.exact_match_lo, '.3f') + ', ' + format(r.exact_match_hi, '.3f') + ']':>15} "
+            f"{r.token_accuracy:>8.3f} {r.attn_entropy:>8.3f} {r.attn_support:>8.1f} {r.eval_seconds:>7.1f}"
+        )
+    return "\n".join(lines)
+
+
+@app.command("run")
+def run_command(
+    task_name: str = typer.Option(..., "--task", help="Task name (see `lengthgen tasks`)."),
+    attn: str = typer.Option(..., "--attn", help="Backend name (see `lengthgen attns`) or file.py:Class."),
+    pos: str = typer.Option("nape", "--pos", help="Position scheme: nape, alibi, rope, nope."),
+    preset: str = typer.Option("quick", "--preset", help="quick (CPU minutes) or paper."),
+    train_length: int | None = typer.Option(None, "--train-length", help="Longest training length L."),
+    max_factor: int | None = typer.Option(None, "--max-factor", help="Evaluate up to L·this (power of 2)."),
+    steps: int | None = typer.Option(None, "--steps", help="Training steps (overrides the preset)."),
+    seed: int = typer.Option(0, "--seed"),
+    device: Device = typer.Option(Device.auto, "--device"),
+    eval_samples: int | None = typer.Option(None, "--eval-samples", help="Samples per length (the most)."),
+    selection: Selection | None = typer.Option(None, "--selection", help="Checkpoint selection: id or 8x."),
+    param: list[str] = typer.Option(None, "--param", help="Task parameter key=value (repeatable)."),
+    attn_option: list[str] = typer.Option(None, "--attn-option", help="Backend option key=value."),
+    out: str = typer.Option("runs", "--out", help="Folder that receives the run folder."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+) -> None:
+    """Train a model short, evaluate it at 1x..max-factor x the training length, write results."""
+    from lengthgen.attention import ATTENTION
+    from lengthgen.attention.positions import get_position_scheme
+    from lengthgen.harness.run import execute, resolve_device
+    from lengthgen.model import ModelConfig
+    from lengthgen.presets import build_run_config
+    from lengthgen.tasks import get_task
+
+    with user_errors():
+        task = get_task(task_name, **parse_params(param))
+        backend_cls = ATTENTION.get(attn)
+        get_position_scheme(pos)
+        options = backend_cls.Options(**parse_params(attn_option)).model_dump()
+        config = build_run_config(
+            task.name if ":" not in task_name else task_name, attn, pos=pos, preset=preset, seed=seed,
+            task_params=parse_params(param), attn_options=options,
+            train_overrides={"steps": steps, "train_length": train_length,
+                             "selection": selection.value if selection else None},
+            eval_overrides={"max_factor": max_factor, "samples": eval_samples,
+                            "min_samples": min(eval_samples, 16) if eval_samples else None},
+        )
+        if config.train.train_length < task.min_length:
+            raise UsageError(f"train length {config.train.train_length} is under the minimum of task "
+                             f"{task.name!r} ({task.min_length})")
+        ModelConfig(vocab_size=task.vocab.size, attn=attn, attn_options=options, pos=pos,
+                    **config.arch.model_dump())
+        try:
+            resolve_device(device.value)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    typer.echo(f"run {config.run_id()}: {config.task} / {config.attn} ({config.pos}), preset "
+               f"{config.preset}, L={config.train.train_length}, {config.train.steps} steps, "
+               f"eval up to {config.eval.max_factor}x", err=True)
+    frame = execute(config, out, device_name=device.value, progress=not quiet)
+    typer.echo(format_table(frame))
+    run_dir = f"{out}/{frame['run_id'].iloc[0]}"
+    typer.echo(f"results: {run_dir}/results.parquet")
+    if (frame["status"] != "ok").any():
+        typer.echo(f"error: run failed: {frame['error'].iloc[0]} (details in {run_dir}/error.txt)", err=True)
+        raise typer.Exit(code=1)
+
+
 def main() -> None:
     app()
 

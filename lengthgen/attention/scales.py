@@ -1,0 +1,78 @@
+"""Learned query scales s_{h,i} that multiply <q_i, k_j>/sqrt(d) (design.md §2).
+
+Heads outside the layer's ``scaled_heads`` (the ALiBi half under NAPE) keep s = 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lengthgen.attention.backend import log_visible
+
+
+def _only_scaled(scale: torch.Tensor, scaled_heads: torch.Tensor) -> torch.Tensor:
+    """Put s = 1 on heads that must not be scaled; scale is (B, H, Nq)."""
+    return torch.where(scaled_heads[None, :, None], scale, torch.ones_like(scale))
+
+
+class SSMaxScale(nn.Module):
+    """Scalable-Softmax: s_{h,i} = σ_h · log n_i with σ_h learned per head (init 1)."""
+
+    def __init__(self, n_heads: int) -> None:
+        super().__init__()
+        self.sigma = nn.Parameter(torch.ones(n_heads))
+
+    def forward(self, x: torch.Tensor, q_pos: torch.Tensor, scaled_heads: torch.Tensor) -> torch.Tensor:
+        scale = self.sigma[None, :, None] * log_visible(q_pos)[None, None, :]
+        return _only_scaled(scale.expand(x.shape[0], -1, -1), scaled_heads)
+
+
+def softplus_inverse(y: float) -> float:
+    return y + math.log(-math.expm1(-y))
+
+
+class AdaptiveScale(nn.Module):
+    """ASEntmax's length-aware scale s = δ + β · (log n)^γ.
+
+    Dynamic (default): β = softplus(W_β x + b_β), γ = 2·tanh(W_γ x + b_γ) from the layer input.
+    Static: β, γ learned per head. Init W = 0, b_γ = 0, b_β = softplus⁻¹(0.05) so s = 1.05 at
+    step 0 — the paper's default init was found to stall MQMTAR training.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, delta: float = 1.0, beta_init: float = 0.05, static: bool = False
+    ) -> None:
+        super().__init__()
+        self.delta = delta
+        self.static = static
+        if static:
+            self.beta_raw = nn.Parameter(torch.full((n_heads,), softplus_inverse(beta_init)))
+            self.gamma_raw = nn.Parameter(torch.zeros(n_heads))
+        else:
+            self.beta_proj = nn.Linear(d_model, n_heads)
+            self.gamma_proj = nn.Linear(d_model, n_heads)
+            with torch.no_grad():
+                self.beta_proj.weight.zero_()
+                self.beta_proj.bias.fill_(softplus_inverse(beta_init))
+                self.gamma_proj.weight.zero_()
+                self.gamma_proj.bias.zero_()
+
+    def beta_gamma(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """β, γ of shape (B, H, Nq) (static: broadcast per head)."""
+        if self.static:
+            beta = F.softplus(self.beta_raw)[None, :, None].expand(x.shape[0], -1, x.shape[1])
+            gamma = (2.0 * torch.tanh(self.gamma_raw))[None, :, None].expand_as(beta)
+            return beta, gamma
+        beta = F.softplus(self.beta_proj(x)).transpose(1, 2)
+        gamma = (2.0 * torch.tanh(self.gamma_proj(x))).transpose(1, 2)
+        return beta, gamma
+
+    def forward(self, x: torch.Tensor, q_pos: torch.Tensor, scaled_heads: torch.Tensor) -> torch.Tensor:
+        beta, gamma = self.beta_gamma(x.float())
+        log_n = log_visible(q_pos)[None, None, :]
+        scale = self.delta + beta * torch.pow(log_n, gamma)
+        return _only_scaled(scale, scaled_heads)

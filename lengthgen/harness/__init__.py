@@ -1,0 +1,1 @@
+"""The train-short / evaluate-long harness."""

@@ -1,0 +1,93 @@
+"""Evaluation at L·{1, 2, 4, …, max_factor} on a fixed test set per (task, length).
+
+The test set is the task's ``eval`` stream with seed 0 — independent of the training seed, so
+every model sees the same sequences (a paired comparison). Each sample is scored by one
+teacher-forced forward pass; the attention diagnostics (normalized entropy, support size) are
+collected on the same pass.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from lengthgen.attention.backend import AttentionStats
+from lengthgen.config import EvalConfig
+from lengthgen.harness.batches import ModelBatch, score
+from lengthgen.model import Transformer
+from lengthgen.tasks.base import Task
+
+TEST_SEED = 0
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial proportion (sane at 0 and n, unlike Wald)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    denom = 1.0 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+@dataclass(frozen=True)
+class LengthResult:
+    eval_length: int
+    factor: int
+    n_samples: int
+    exact_match: float
+    exact_match_lo: float
+    exact_match_hi: float
+    token_accuracy: float
+    attn_entropy: float
+    attn_support: float
+    eval_seconds: float
+
+
+def sequence_tokens(task: Task, length: int) -> int:
+    return int(task.sample(1, length, seed=TEST_SEED, split="eval").input_ids.shape[1])
+
+
+@torch.no_grad()
+def evaluate_length(
+    model: Transformer, task: Task, length: int, factor: int, config: EvalConfig,
+    device: torch.device, n_samples: int | None = None, progress: bool = True,
+) -> LengthResult:
+    model.eval()
+    tokens = sequence_tokens(task, length)
+    n = n_samples if n_samples is not None else config.samples_at(tokens)
+    per_batch = max(1, min(n, config.batch_tokens // tokens))
+    data = task.sample(n, length, seed=TEST_SEED, split="eval")
+    stats = AttentionStats()
+    exact = right = scored = 0
+    start = time.perf_counter()
+    bar = tqdm(total=n, desc=f"eval {length:>6} ({factor}x)", disable=not progress,
+               dynamic_ncols=True, leave=False)
+    for lo in range(0, n, per_batch):
+        hi = min(n, lo + per_batch)
+        chunk = type(data)(data.input_ids[lo:hi], data.loss_mask[lo:hi], [], [])
+        batch = ModelBatch.from_task(chunk, device)
+        result = score(model(batch.input_ids, batch.query_positions, stats), batch)
+        exact += int(result.exact.sum())
+        right += result.tokens_right
+        scored += result.tokens_scored
+        bar.update(hi - lo)
+    bar.close()
+    lo_ci, hi_ci = wilson_interval(exact, n)
+    return LengthResult(
+        eval_length=length,
+        factor=factor,
+        n_samples=n,
+        exact_match=exact / n,
+        exact_match_lo=lo_ci,
+        exact_match_hi=hi_ci,
+        token_accuracy=right / max(1, scored),
+        attn_entropy=stats.entropy,
+        attn_support=stats.support,
+        eval_seconds=time.perf_counter() - start,
+    )

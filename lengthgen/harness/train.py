@@ -1,0 +1,130 @@
+"""Training: one length per batch, AdamW with warmup + cosine, grad clipping, loss on targets only.
+
+Everything random is derived from the run seed: the init (a private generator), the length of
+each step and its batch (the task's seeded stream), so a run on CPU is repeatable bit for bit.
+A NaN or infinite loss stops the run with ``TrainingDiverged`` instead of producing garbage.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from lengthgen.config import RunConfig
+from lengthgen.harness.batches import ModelBatch, masked_loss, score
+from lengthgen.model import Transformer
+from lengthgen.tasks.base import Task
+
+#: Seed component that separates the validation stream from the test stream (seed 0, eval split).
+VALIDATION_SEED = 1
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    seconds: float
+    best_step: int
+    best_val_exact: float
+    selection: str
+    val_length: int
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def lr_at(step: int, config: RunConfig) -> float:
+    """Linear warmup to lr, then cosine decay to lr · min_lr_ratio."""
+    t = config.train
+    if t.warmup_steps and step < t.warmup_steps:
+        return t.lr * (step + 1) / t.warmup_steps
+    span = max(1, t.steps - t.warmup_steps)
+    progress = min(1.0, (step - t.warmup_steps) / span)
+    floor = t.lr * t.min_lr_ratio
+    return floor + (t.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def train_lengths(task: Task, config: RunConfig) -> np.ndarray:
+    """The length of every training step, uniform in the training range, from the run seed."""
+    top = config.train.train_length
+    low = config.train.min_train_length or max(task.min_length, top // 2)
+    low = max(task.min_length, min(low, top))
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([config.seed, 0x7E1A])))
+    return rng.integers(low, top + 1, size=max(1, config.train.steps))
+
+
+@torch.no_grad()
+def validate(
+    model: Transformer, task: Task, length: int, n: int, device: torch.device, batch_size: int
+) -> float:
+    """Exact match on a validation stream disjoint from both the training and the test data."""
+    model.eval()
+    correct = 0
+    for start in range(0, n, batch_size):
+        count = min(batch_size, n - start)
+        data = task.sample(count, length, seed=(VALIDATION_SEED, start), split="eval")
+        batch = ModelBatch.from_task(data, device)
+        correct += int(score(model(batch.input_ids, batch.query_positions), batch).exact.sum())
+    model.train()
+    return correct / n
+
+
+def train(
+    model: Transformer, task: Task, config: RunConfig, device: torch.device, progress: bool = True
+) -> TrainResult:
+    t = config.train
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=t.lr, betas=t.betas, weight_decay=t.weight_decay
+    )
+    lengths = train_lengths(task, config)
+    val_length = t.train_length * (8 if t.selection == "8x" else 1)
+    best_exact, best_step, best_state = -1.0, 0, None
+    history: list[dict[str, float]] = []
+    start = time.perf_counter()
+    model.train()
+    bar = tqdm(range(t.steps), desc=f"train {config.task}/{config.attn}", disable=not progress,
+               dynamic_ncols=True, leave=False)
+    for step in bar:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, config)
+        data = task.sample(t.batch_size, int(lengths[step]), seed=(config.seed, step), split="train")
+        batch = ModelBatch.from_task(data, device)
+        logits = model(batch.input_ids, batch.query_positions)
+        loss = masked_loss(logits, batch)
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(f"loss became {loss.item()} at step {step}; run stopped")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        optimizer.step()
+        if step % 10 == 0 or step == t.steps - 1:
+            acc = score(logits.detach(), batch)
+            token_acc = acc.tokens_right / max(1, acc.tokens_scored)
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{token_acc:.3f}")
+        last = step == t.steps - 1
+        if (step + 1) % t.val_every == 0 or last:
+            exact = validate(model, task, val_length, t.val_samples, device, t.batch_size)
+            history.append({"step": step + 1, "loss": float(loss.item()), "val_exact": exact})
+            if exact >= best_exact:  # ties go to the later, longer-trained checkpoint
+                best_exact, best_step = exact, step + 1
+                best_state = copy.deepcopy(model.state_dict())
+    bar.close()
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return TrainResult(
+        steps=t.steps,
+        seconds=time.perf_counter() - start,
+        best_step=best_step,
+        best_val_exact=max(best_exact, 0.0),
+        selection=t.selection,
+        val_length=val_length,
+        history=history,
+    )

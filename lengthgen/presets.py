@@ -1,0 +1,133 @@
+"""Per-task presets: ``quick`` (a 2-core CPU trains it in minutes) and ``paper`` (design.md §4).
+
+A preset fixes the model size, optimizer, training length and evaluation protocol of a task;
+command-line flags override single fields. Tasks without an entry (plugins) get ``DEFAULT``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lengthgen.config import ArchConfig, EvalConfig, RunConfig, TrainConfig
+from lengthgen.registry import UnknownNameError
+
+PRESET_NAMES = ("quick", "paper")
+
+#: Fallback for tasks without their own preset (e.g. plugins): small and quick.
+DEFAULT: dict[str, dict[str, Any]] = {
+    "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
+    "train": {"steps": 600, "batch_size": 32, "lr": 2e-3, "warmup_steps": 50, "train_length": 16},
+    "eval": {"max_factor": 64, "samples": 128},
+}
+
+QUICK: dict[str, dict[str, dict[str, Any]]] = {
+    "max_retrieval": {
+        "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
+        "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
+        "eval": {"max_factor": 1024, "samples": 256, "min_samples": 16, "token_budget": 300_000},
+    },
+    "mqmtar": {
+        "arch": {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 256},
+        "train": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 200, "train_length": 64},
+        "eval": {"max_factor": 1024, "samples": 256, "min_samples": 8, "token_budget": 300_000},
+    },
+    "copy": {
+        "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
+        "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
+        "eval": {"max_factor": 64, "samples": 256},
+    },
+    "sort": {
+        "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
+        "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
+        "eval": {"max_factor": 8, "samples": 256},
+    },
+    "reverse": {
+        "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
+        "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
+        "eval": {"max_factor": 8, "samples": 256},
+    },
+    "flip_flop": {
+        "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
+        "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 32},
+        "eval": {"max_factor": 64, "samples": 256},
+    },
+}
+
+_PAPER_TRAIN = {"batch_size": 128, "warmup_steps": 1000, "betas": (0.9, 0.99), "weight_decay": 0.0,
+                "grad_clip": 1.0, "train_length": 64, "min_train_length": 32, "selection": "id"}
+
+PAPER: dict[str, dict[str, dict[str, Any]]] = {
+    "mqmtar": {
+        "arch": {"n_layers": 4, "d_model": 512, "n_heads": 16, "d_ff": 1024},
+        "train": {**_PAPER_TRAIN, "steps": 50_000, "lr": 2e-4},
+        "eval": {"max_factor": 1024, "samples": 1000, "min_samples": 1000, "token_budget": 10**12},
+        "task_params": {"alphabet": 256, "key_len": 2, "value_len": 2, "n_queries": 4},
+    },
+    "sort": {
+        "arch": {"n_layers": 2, "d_model": 256, "n_heads": 8, "d_ff": 1024},
+        "train": {**_PAPER_TRAIN, "steps": 20_000, "lr": 4e-4},
+        "eval": {"max_factor": 8, "samples": 1000, "min_samples": 1000, "token_budget": 10**12},
+    },
+    "copy": {
+        "arch": {"n_layers": 2, "d_model": 256, "n_heads": 16, "d_ff": 1024},
+        "train": {**_PAPER_TRAIN, "steps": 20_000, "lr": 1e-3},
+        "eval": {"max_factor": 64, "samples": 1000, "min_samples": 1000, "token_budget": 10**12},
+    },
+    "reverse": {
+        "arch": {"n_layers": 6, "d_model": 256, "n_heads": 8, "d_ff": 1024},
+        "train": {**_PAPER_TRAIN, "steps": 20_000, "lr": 4e-4},
+        "eval": {"max_factor": 8, "samples": 1000, "min_samples": 1000, "token_budget": 10**12},
+    },
+    "max_retrieval": {
+        "arch": {"n_layers": 2, "d_model": 256, "n_heads": 8, "d_ff": 1024},
+        "train": {**_PAPER_TRAIN, "steps": 20_000, "lr": 4e-4, "train_length": 16, "min_train_length": 8},
+        "eval": {"max_factor": 1024, "samples": 1000, "min_samples": 1000, "token_budget": 10**12},
+    },
+    "flip_flop": {
+        "arch": {"n_layers": 2, "d_model": 256, "n_heads": 8, "d_ff": 1024},
+        "train": {**_PAPER_TRAIN, "steps": 20_000, "lr": 4e-4},
+        "eval": {"max_factor": 64, "samples": 1000, "min_samples": 1000, "token_budget": 10**12},
+    },
+}
+
+
+def preset_sections(task: str, preset: str) -> dict[str, dict[str, Any]]:
+    if preset not in PRESET_NAMES:
+        raise UnknownNameError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESET_NAMES)}")
+    table = QUICK if preset == "quick" else PAPER
+    return table.get(task, DEFAULT)
+
+
+def build_run_config(
+    task: str,
+    attn: str,
+    *,
+    pos: str = "nape",
+    preset: str = "quick",
+    seed: int = 0,
+    task_params: dict[str, Any] | None = None,
+    attn_options: dict[str, Any] | None = None,
+    train_overrides: dict[str, Any] | None = None,
+    eval_overrides: dict[str, Any] | None = None,
+    arch_overrides: dict[str, Any] | None = None,
+) -> RunConfig:
+    """The preset for (task, preset) with the caller's overrides (None values are ignored)."""
+    sections = preset_sections(task, preset)
+
+    def merged(name: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
+        values = dict(sections.get(name, {}))
+        values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        return values
+
+    return RunConfig(
+        task=task,
+        task_params=merged("task_params", task_params),
+        attn=attn,
+        attn_options=dict(attn_options or {}),
+        pos=pos,
+        preset=preset,
+        seed=seed,
+        arch=ArchConfig(**merged("arch", arch_overrides)),
+        train=TrainConfig(**merged("train", train_overrides)),
+        eval=EvalConfig(**merged("eval", eval_overrides)),
+    )
