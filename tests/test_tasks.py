@@ -233,8 +233,13 @@ def test_checker_property(name: str, length: int, seed: int, n: int, split: str)
 
 @pytest.mark.parametrize(
     ("variant", "split", "expected"),
-    [("same", "train", 0.8), ("same", "eval", 0.8), ("sparse", "train", 0.8), ("sparse", "eval", 0.98),
-     ("dense", "eval", 0.1)],
+    [
+        ("same", "train", 0.8),
+        ("same", "eval", 0.8),
+        ("sparse", "train", 0.8),
+        ("sparse", "eval", 0.98),
+        ("dense", "eval", 0.1),
+    ],
 )
 def test_flip_flop_variants(variant: str, split: str, expected: float) -> None:
     """p(ignore) follows the variant on eval only; writes and reads share the rest equally."""
@@ -301,8 +306,20 @@ def test_determinism_across_processes(name: str) -> None:
     """Same arguments, different PYTHONHASHSEED: byte-identical output, equal to in-process data."""
     task = get_task(name)
     length = max(task.min_length, 40)
-    args = [*lengthgen_cmd(), "sample", "--task", name, "--length", str(length), "--seed", "5", "--n", "3",
-            "--split", "eval"]
+    args = [
+        *lengthgen_cmd(),
+        "sample",
+        "--task",
+        name,
+        "--length",
+        str(length),
+        "--seed",
+        "5",
+        "--n",
+        "3",
+        "--split",
+        "eval",
+    ]
     outputs = []
     for hash_seed in ("0", "4242"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
@@ -321,8 +338,11 @@ def test_seeds_and_splits_differ(name: str) -> None:
     base = task.sample(4, length, seed=0, split="train")
     same = task.sample(4, length, seed=0, split="train")
     assert np.array_equal(base.input_ids, same.input_ids) and base.source == same.source
-    for other in (task.sample(4, length, seed=1, split="train"), task.sample(4, length, seed=0, split="eval"),
-                  task.sample(4, length, seed=[0, 1], split="train")):
+    for other in (
+        task.sample(4, length, seed=1, split="train"),
+        task.sample(4, length, seed=0, split="eval"),
+        task.sample(4, length, seed=[0, 1], split="train"),
+    ):
         assert not np.array_equal(base.input_ids, other.input_ids)
     # samples within a batch differ too
     assert len({tuple(row) for row in base.input_ids.tolist()}) == 4
