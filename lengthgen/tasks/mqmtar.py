@@ -93,7 +93,7 @@ class Mqmtar(Task):
     def n_pairs(self, length: int) -> int:
         """Number of pairs in a context of ``length`` tokens (grows with length, capped by the keys)."""
         c = self.config
-        grown = int(c.pair_fraction * length) // self.block
+        grown = int(c.pair_fraction * length + 1e-9) // self.block  # 1e-9: 0.57 * 100 is 56.99...
         return min(max(c.n_queries, grown), c.alphabet**c.key_len)
 
     def _distinct_keys(self, rng: np.random.Generator, n: int, count: int) -> np.ndarray:
