@@ -395,3 +395,13 @@ def test_bad_sample_arguments(name: str) -> None:
     if task.min_length > 1:
         with pytest.raises(TaskInputError, match="minimum"):
             task.sample(1, task.min_length - 1)
+
+
+def test_gc_restored_after_sampling() -> None:
+    """Sampling pauses the cyclic GC while building lists; it must come back on."""
+    import gc
+
+    assert gc.isenabled()
+    for name in BUILTINS:
+        get_task(name).sample(2, 64)
+    assert gc.isenabled()

@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import Field
 
 from lengthgen.tasks import register_task
-from lengthgen.tasks.base import BOS, EOS, Task, TaskBatch, TaskConfig, Vocab
+from lengthgen.tasks.base import BOS, EOS, Task, TaskBatch, TaskConfig, Vocab, gc_paused
 
 #: p(ignore) on the eval split for each variant (None: the configured p_ignore).
 EVAL_P_IGNORE: dict[str, float | None] = {"same": None, "sparse": 0.98, "dense": 0.1}
@@ -96,6 +96,7 @@ class FlipFlop(Task):
         pairs = np.empty((n, length, 2), dtype=object)
         pairs[:, :, 0] = _OP_NAMES[op]
         pairs[:, :, 1] = bits
-        source = pairs.tolist()
+        with gc_paused():
+            source = pairs.tolist()
         target = [bits[b][is_read[b]].tolist() for b in range(n)]
         return TaskBatch(ids, mask, source, target)

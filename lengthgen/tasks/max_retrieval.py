@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from lengthgen.tasks import register_task
-from lengthgen.tasks.base import Task, TaskBatch, TaskConfig, Vocab, seq2seq_view
+from lengthgen.tasks.base import Task, TaskBatch, TaskConfig, Vocab, gc_paused, seq2seq_view
 
 #: Keeps the vocabulary (one token per (priority, class)) within what an embedding table handles.
 MAX_ITEM_TOKENS = 1 << 20
@@ -96,6 +96,7 @@ class MaxRetrieval(Task):
         items += klass
         items += self.item_offset
         ids, mask = seq2seq_view(items, (answer + self.answer_offset)[:, None])
-        source = np.stack([priority, klass], axis=-1).tolist()
+        with gc_paused():
+            source = np.stack([priority, klass], axis=-1).tolist()
         target = answer[:, None].tolist()
         return TaskBatch(ids, mask, source, target)

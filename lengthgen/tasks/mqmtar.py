@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from lengthgen.tasks import register_task
-from lengthgen.tasks.base import BOS, EOS, SEP, Task, TaskBatch, TaskConfig, Vocab
+from lengthgen.tasks.base import BOS, EOS, SEP, Task, TaskBatch, TaskConfig, Vocab, gc_paused
 
 #: Key ids must fit comfortably in int64.
 MAX_KEY_SPACE = 1 << 62
@@ -158,14 +158,15 @@ class Mqmtar(Task):
         scored = length + 2 + np.arange(q)[:, None] * block + np.arange(k - 1, block - 1)
         mask[:, scored.ravel()] = True
 
-        keys_l, values_l = keys.tolist(), values.tolist()
-        source = [
-            {
-                "pairs": [list(kv) for kv in zip(keys_l[b], values_l[b], strict=True)],
-                "queries": q_keys[b].tolist(),
-            }
-            for b in range(n)
-        ]
+        with gc_paused():
+            keys_l, values_l = keys.tolist(), values.tolist()
+            source = [
+                {
+                    "pairs": [list(kv) for kv in zip(keys_l[b], values_l[b], strict=True)],
+                    "queries": q_keys[b].tolist(),
+                }
+                for b in range(n)
+            ]
         target = q_values.tolist()
         return TaskBatch(ids, mask, source, target)
 
