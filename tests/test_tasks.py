@@ -405,3 +405,19 @@ def test_gc_restored_after_sampling() -> None:
     for name in BUILTINS:
         get_task(name).sample(2, 64)
     assert gc.isenabled()
+
+
+@pytest.mark.parametrize("name", ["max_retrieval", "flip_flop"])
+def test_cli_sample_65536_checked(name: str) -> None:
+    """What a user sees from ``lengthgen sample`` at 65,536 passes the independent checker."""
+    from typer.testing import CliRunner
+
+    from lengthgen.cli import app
+
+    result = CliRunner().invoke(app, ["sample", "--task", name, "--length", "65536", "--seed", "9"])
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    task = get_task(name)
+    tokens = [task.vocab.tokens[t] for t in record["input_ids"]]
+    scored = CHECKERS[name](task, record["source"], record["target"], 65536, tokens)
+    assert [i for i, m in enumerate(record["loss_mask"]) if m] == scored
