@@ -1,0 +1,350 @@
+"""Triton kernels for causal α-entmax attention (imported lazily: this module needs triton).
+
+Notation (design.md §2): z_ij = scale·<q_i, k_j> − slope_h·(i − j), z' = (α − 1)·z,
+x_ij = z'_ij − τ_i, k = 1/(α − 1), p_ij = [x_ij]_+^k, u_ij = p_ij^(2−α) ∝ [x_ij]_+^(k−1).
+
+All kernels recompute z' tile by tile from q and k, so nothing of size N×N is ever stored except a
+tiny uint8 "tile is live" map (one byte per BLOCK_M×BLOCK_N tile) used to skip tiles outside the
+support. τ is found per row by Newton's method on h(τ) = S(τ)^(1/k) − 1, S(τ) = Σ_j [x_j]_+^k:
+h is convex and decreasing in τ (an ℓ_k norm of a convex map) and *linear* when all live scores are
+equal, so from the left end of the bracket the iterates rise monotonically to the root, typically in
+3–6 passes over the keys; a bisection fallback keeps every iterate inside the bracket.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scores(q, k, offs_m, offs_n, N, sc, bias_coef,
+            CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, PREC: tl.constexpr):
+    """z' tile (BLOCK_M, BLOCK_N) in fp32; invisible keys are −inf."""
+    z = tl.dot(q, tl.trans(k), input_precision=PREC) * sc
+    if HAS_ALIBI:
+        z -= bias_coef * (offs_m[:, None] - offs_n[None, :]).to(tl.float32)
+    valid = offs_n[None, :] < N
+    if CAUSAL:
+        valid = valid & (offs_n[None, :] <= offs_m[:, None])
+    return tl.where(valid, z, float("-inf"))
+
+
+@triton.jit
+def _powers(z, tau, km1):
+    """(a, xs, pos) with a = x^(k−1) on the support (0 elsewhere), xs = x there (1 elsewhere)."""
+    x = z - tau[:, None]
+    pos = x > 0.0
+    xs = tl.where(pos, x, 1.0)
+    a = tl.where(pos, tl.exp2(km1 * tl.log2(xs)), 0.0)
+    return a, xs, pos
+
+
+@triton.jit
+def _entmax_fwd(
+    Q, K, V, O, ALPHA, SLOPES, TAU, LOGS, VU, MASK,
+    sqb, sqh, sqn, sqd,
+    skb, skh, skn, skd,
+    svb, svh, svn, svd,
+    sob, soh, son, sod,
+    H, N, NB_M, NB_N, scale, tol,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, STORE_VU: tl.constexpr,
+    USE_MASK: tl.constexpr, MAX_ITER: tl.constexpr, PREC: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = offs_m < N
+    d_ok = offs_d < HEAD_DIM
+
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :] * sqd,
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    k_base = K + b * skb + h * skh
+    v_base = V + b * svb + h * svh
+
+    alpha = tl.load(ALPHA + h)
+    am1 = alpha - 1.0
+    km1 = 1.0 / am1 - 1.0  # k − 1 = (2 − α)/(α − 1)
+    sc = scale * am1
+    # Σp is summed from x^k with x^k's rounding error growing like k−1 (fp32 log2/exp2): relax to match.
+    tol_a = tol * tl.maximum(km1, 1.0)
+    bias_coef = 0.0
+    if HAS_ALIBI:
+        bias_coef = am1 * tl.load(SLOPES + h)
+
+    if CAUSAL:
+        n_end = tl.minimum((pid_m + 1) * BLOCK_M, N)
+    else:
+        n_end = N
+    mask_row = MASK + bh * (NB_M * NB_N) + pid_m * NB_N
+
+    # ---- pass 0: row max of z' -------------------------------------------------------------
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    for start_n in range(0, n_end, BLOCK_N):
+        offs_n = start_n + offs_n0
+        kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd,
+                     mask=(offs_n[:, None] < N) & d_ok[None, :], other=0.0)
+        z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
+        m_i = tl.maximum(m_i, tl.max(z, 1))
+
+    # Bracket [max z' − 1, max z' − n^(1−α)], n = visible keys of the row.
+    if CAUSAL:
+        n_vis = tl.minimum(offs_m + 1, N).to(tl.float32)
+    else:
+        n_vis = tl.zeros([BLOCK_M], tl.float32) + N
+    lo = m_i - 1.0
+    hi = m_i - tl.exp2(-am1 * tl.log2(n_vis))
+    tau = lo
+    s_last = tl.zeros([BLOCK_M], tl.float32) + 1.0
+
+    # ---- passes 1..: Newton on S^(1/k) − 1 with bisection safeguard ----------------------------
+    n_iter = 0
+    busy = 1
+    while busy != 0:
+        s_sum = tl.zeros([BLOCK_M], tl.float32)
+        w_sum = tl.zeros([BLOCK_M], tl.float32)
+        for start_n in range(0, n_end, BLOCK_N):
+            live = 1
+            if USE_MASK:
+                # The first pass computes every tile; later ones trust the previous pass's map.
+                live = ((n_iter == 0) | (tl.load(mask_row + start_n // BLOCK_N) != 0)).to(tl.int32)
+            if live != 0:
+                offs_n = start_n + offs_n0
+                kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd,
+                             mask=(offs_n[:, None] < N) & d_ok[None, :], other=0.0)
+                z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
+                a, xs, pos = _powers(z, tau, km1)
+                s_sum += tl.sum(a * xs, 1)
+                w_sum += tl.sum(a, 1)
+                if USE_MASK:
+                    # lo ≤ τ* always, so a tile with no z' above lo stays outside the support.
+                    above = tl.where(row_ok[:, None], z - lo[:, None], float("-inf"))
+                    tl.store(mask_row + start_n // BLOCK_N, (tl.max(tl.max(above, 1), 0) > 0.0).to(tl.uint8))
+        s_last = s_sum
+        ge = s_sum >= 1.0
+        lo = tl.where(ge, tau, lo)
+        hi = tl.where(ge, hi, tau)
+        # Newton step for h(τ) = S^(1/k) − 1: τ + (S − S^(1 − 1/k)) / Σ x^(k−1), and 1 − 1/k = 2 − α.
+        s_pow = tl.where(s_sum > 0.0, tl.exp2((1.0 - am1) * tl.log2(tl.maximum(s_sum, 1e-30))), 0.0)
+        w_safe = tl.where(w_sum > 0.0, w_sum, 1.0)
+        t_new = tau + (s_sum - s_pow) / w_safe
+        bad = (w_sum <= 0.0) | (t_new <= lo) | (t_new >= hi)
+        t_new = tl.where(bad, 0.5 * (lo + hi), t_new)
+        stalled = tl.abs(t_new - tau) <= 2.4e-7 * tl.maximum(tl.abs(tau), 1.0)
+        done = (tl.abs(s_sum - 1.0) <= tol_a) | stalled | (~row_ok)
+        n_iter += 1
+        busy = ((tl.min(done.to(tl.int32), 0) == 0) & (n_iter < MAX_ITER)).to(tl.int32)
+        # Only move when another pass will test the new value: the output pass needs a tested τ.
+        tau = tl.where((busy != 0) & (~done), t_new, tau)
+    # A tested τ with S = 0 cannot normalize; fall back to lo (where S ≥ 1).
+    tau = tl.where(s_last > 0.0, tau, lo)
+
+    # ---- output pass -------------------------------------------------------------------------
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    acc_u = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    s_sum = tl.zeros([BLOCK_M], tl.float32)
+    w_sum = tl.zeros([BLOCK_M], tl.float32)
+    for start_n in range(0, n_end, BLOCK_N):
+        live = 1
+        if USE_MASK:
+            live = (tl.load(mask_row + start_n // BLOCK_N) != 0).to(tl.int32)
+        if live != 0:
+            offs_n = start_n + offs_n0
+            kv_mask = (offs_n[:, None] < N) & d_ok[None, :]
+            kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
+            vt = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
+            z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
+            a, xs, pos = _powers(z, tau, km1)
+            pt = a * xs
+            s_sum += tl.sum(pt, 1)
+            acc += tl.dot(pt.to(vt.dtype), vt, input_precision=PREC)
+            if STORE_VU:
+                w_sum += tl.sum(a, 1)
+                acc_u += tl.dot(a.to(vt.dtype), vt, input_precision=PREC)
+
+    s_safe = tl.where(s_sum > 0.0, s_sum, 1.0)
+    o = acc / s_safe[:, None]
+    out_mask = row_ok[:, None] & d_ok[None, :]
+    tl.store(O + b * sob + h * soh + offs_m[:, None] * son + offs_d[None, :] * sod,
+             o.to(O.dtype.element_ty), mask=out_mask)
+    tl.store(TAU + bh * N + offs_m, tau, mask=row_ok)
+    tl.store(LOGS + bh * N + offs_m, tl.log2(s_safe), mask=row_ok)
+    if STORE_VU:
+        # Σ_j u_ij v_j / Σ_j u_ij: the normalization of u cancels, so a = x^(k−1) suffices.
+        w_safe = tl.where(w_sum > 0.0, w_sum, 1.0)
+        vu = acc_u / w_safe[:, None]
+        tl.store(VU + bh * N * BLOCK_D + offs_m[:, None] * BLOCK_D + offs_d[None, :], vu,
+                 mask=row_ok[:, None])
+
+
+@triton.jit
+def _entmax_bwd_dq(
+    Q, K, V, DO, DQ, ALPHA, SLOPES, TAU, LOGS, DELTA, MASK,
+    sqb, sqh, sqn, sqd,
+    skb, skh, skn, skd,
+    svb, svh, svn, svd,
+    sdob, sdoh, sdon, sdod,
+    sdqb, sdqh, sdqn, sdqd,
+    H, N, NB_M, NB_N, scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, USE_MASK: tl.constexpr, PREC: tl.constexpr,
+):
+    """dq_i = scale · Σ_j dz_ij k_j with dz_ij = u_ij (dO_i·v_j − c_i), one program per query block."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = offs_m < N
+    d_ok = offs_d < HEAD_DIM
+    qd_mask = row_ok[:, None] & d_ok[None, :]
+
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :] * sqd,
+                mask=qd_mask, other=0.0)
+    do = tl.load(DO + b * sdob + h * sdoh + offs_m[:, None] * sdon + offs_d[None, :] * sdod,
+                 mask=qd_mask, other=0.0)
+    tau = tl.load(TAU + bh * N + offs_m, mask=row_ok, other=float("inf"))
+    logs = tl.load(LOGS + bh * N + offs_m, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + bh * N + offs_m, mask=row_ok, other=0.0)
+    k_base = K + b * skb + h * skh
+    v_base = V + b * svb + h * svh
+
+    alpha = tl.load(ALPHA + h)
+    am1 = alpha - 1.0
+    km1 = 1.0 / am1 - 1.0
+    sc = scale * am1
+    bias_coef = 0.0
+    if HAS_ALIBI:
+        bias_coef = am1 * tl.load(SLOPES + h)
+    u_coef = tl.exp2((alpha - 2.0) * logs)  # u = x^(k−1) · S^(α−2)
+
+    if CAUSAL:
+        n_end = tl.minimum((pid_m + 1) * BLOCK_M, N)
+    else:
+        n_end = N
+    mask_row = MASK + bh * (NB_M * NB_N) + pid_m * NB_N
+
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    for start_n in range(0, n_end, BLOCK_N):
+        live = 1
+        if USE_MASK:
+            live = (tl.load(mask_row + start_n // BLOCK_N) != 0).to(tl.int32)
+        if live != 0:
+            offs_n = start_n + offs_n0
+            kv_mask = (offs_n[:, None] < N) & d_ok[None, :]
+            kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
+            vt = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
+            z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
+            a, xs, pos = _powers(z, tau, km1)
+            g = tl.dot(do, tl.trans(vt), input_precision=PREC)
+            dz = a * u_coef[:, None] * (g - delta[:, None])
+            dq += tl.dot(dz.to(kt.dtype), kt, input_precision=PREC)
+    dq = dq * scale
+    tl.store(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqn + offs_d[None, :] * sdqd,
+             dq.to(DQ.dtype.element_ty), mask=qd_mask)
+
+
+@triton.jit
+def _entmax_bwd_dkdv(
+    Q, K, V, DO, DK, DV, ALPHA, SLOPES, TAU, LOGS, DELTA, MASK,
+    sqb, sqh, sqn, sqd,
+    skb, skh, skn, skd,
+    svb, svh, svn, svd,
+    sdob, sdoh, sdon, sdod,
+    sdkb, sdkh, sdkn, sdkd,
+    sdvb, sdvh, sdvn, sdvd,
+    H, N, NB_M, NB_N, scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, USE_MASK: tl.constexpr, PREC: tl.constexpr,
+):
+    """dv_j = Σ_i p_ij dO_i and dk_j = scale · Σ_i dz_ij q_i, one program per key block."""
+    pid_n = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    col_ok = offs_n < N
+    d_ok = offs_d < HEAD_DIM
+    kv_mask = col_ok[:, None] & d_ok[None, :]
+
+    kt = tl.load(K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
+                 mask=kv_mask, other=0.0)
+    vt = tl.load(V + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
+                 mask=kv_mask, other=0.0)
+    q_base = Q + b * sqb + h * sqh
+    do_base = DO + b * sdob + h * sdoh
+
+    alpha = tl.load(ALPHA + h)
+    am1 = alpha - 1.0
+    km1 = 1.0 / am1 - 1.0
+    sc = scale * am1
+    bias_coef = 0.0
+    if HAS_ALIBI:
+        bias_coef = am1 * tl.load(SLOPES + h)
+
+    if CAUSAL:
+        m_start = ((pid_n * BLOCK_N) // BLOCK_M) * BLOCK_M
+    else:
+        m_start = 0
+    mask_col = MASK + bh * (NB_M * NB_N) + pid_n
+
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    for start_m in range(m_start, N, BLOCK_M):
+        live = 1
+        if USE_MASK:
+            live = (tl.load(mask_col + (start_m // BLOCK_M) * NB_N) != 0).to(tl.int32)
+        if live != 0:
+            offs_m = start_m + offs_m0
+            row_ok = offs_m < N
+            qd_mask = row_ok[:, None] & d_ok[None, :]
+            q = tl.load(q_base + offs_m[:, None] * sqn + offs_d[None, :] * sqd, mask=qd_mask, other=0.0)
+            do = tl.load(do_base + offs_m[:, None] * sdon + offs_d[None, :] * sdod, mask=qd_mask, other=0.0)
+            tau = tl.load(TAU + bh * N + offs_m, mask=row_ok, other=float("inf"))
+            logs = tl.load(LOGS + bh * N + offs_m, mask=row_ok, other=0.0)
+            delta = tl.load(DELTA + bh * N + offs_m, mask=row_ok, other=0.0)
+            z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
+            a, xs, pos = _powers(z, tau, km1)
+            p = a * xs * tl.exp2(-logs)[:, None]
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
+            g = tl.dot(do, tl.trans(vt), input_precision=PREC)
+            dz = a * tl.exp2((alpha - 2.0) * logs)[:, None] * (g - delta[:, None])
+            dk += tl.dot(tl.trans(dz.to(q.dtype)), q, input_precision=PREC)
+    dk = dk * scale
+    tl.store(DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :] * sdkd,
+             dk.to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_d[None, :] * sdvd,
+             dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+def _tuning_configs() -> list[triton.Config]:
+    """One config under the interpreter (it cannot time anything); a few warp/stage choices on GPU.
+
+    Block sizes are not tuned: the backward reuses the forward's tile-liveness map, so all three
+    kernels must agree on BLOCK_M/BLOCK_N, which the Python wrapper picks.
+    """
+    if triton.knobs.runtime.interpret:
+        return [triton.Config({}, num_warps=1, num_stages=1)]
+    return [triton.Config({}, num_warps=w, num_stages=s) for w in (4, 8) for s in (2, 3)]
+
+
+_KEY = ["HEAD_DIM", "BLOCK_D", "BLOCK_M", "BLOCK_N", "CAUSAL", "HAS_ALIBI", "USE_MASK", "PREC"]
+# Every kernel writes its outputs without reading them, so re-running during tuning is harmless.
+entmax_fwd = triton.autotune(configs=_tuning_configs(), key=_KEY + ["STORE_VU"])(_entmax_fwd)
+entmax_bwd_dq = triton.autotune(configs=_tuning_configs(), key=_KEY)(_entmax_bwd_dq)
+entmax_bwd_dkdv = triton.autotune(configs=_tuning_configs(), key=_KEY)(_entmax_bwd_dkdv)

@@ -1,0 +1,234 @@
+"""Fused Triton α-entmax attention: forward and backward without an N×N tensor.
+
+`triton_entmax_attention(q, k, v, alpha, causal, alibi_slopes, scale)` computes, per head h and query i,
+z_ij = scale·<q_i, k_j> − slope_h·(i − j) over the visible keys (j ≤ i when causal), p_i = α-entmax(z_i)
+(design.md §2) and o_i = Σ_j p_ij v_j. The kernels live in `_triton_entmax_kernels` and are imported on
+first call, so importing this module never needs triton; calling it without triton raises RuntimeError.
+
+Forward: one program per (query block, batch·head) makes one pass over the keys for the row max, a
+few Newton passes for τ (fp32, bracketed, see the kernels module) and one output pass; tiles whose
+scores all lie below a proven lower bound of τ are recorded in a one-byte-per-tile map and skipped by
+the later passes and the backward. Backward, with u = p^(2−α) on the support and g = dO·Vᵀ:
+∂L/∂z = u ⊙ (g − c), c_i = Σ_j u_ij g_ij / Σ_j u_ij = dO_i · (Σ_j u_ij v_j / Σ_j u_ij). The u-weighted
+mean of V is accumulated in the forward's output pass, so c costs one dot product per row and the
+backward is one pass per query block (dq) plus one per key block (dk, dv), without atomics.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["triton_entmax_attention", "triton_available"]
+
+# Above this many tiles the liveness map (1 byte each) is dropped, keeping memory linear in N.
+_MAX_MASK_TILES = 1 << 28
+# Newton stopping rule: |Σ p − 1| ≤ _TOL·max(1, k − 1), k = 1/(α − 1), or a step under 2 ulp of τ;
+# the output is renormalized by its exact sum, so p's error is about |Σ p − 1|.
+_TOL = 2e-6
+_MAX_ITER = 32
+
+_kernels: Any = None
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _load_kernels() -> Any:
+    """Import the triton kernels once; a missing or broken triton becomes a clear RuntimeError."""
+    global _kernels
+    if _kernels is None:
+        try:
+            mod = importlib.import_module("lengthgen.kernels._triton_entmax_kernels")
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise RuntimeError(
+                "triton_entmax_attention needs the `triton` package (pip install 'lengthgen[gpu]'); "
+                f"importing it failed: {exc}"
+            ) from exc
+        _kernels = mod
+    return _kernels
+
+
+def triton_available() -> bool:
+    """True when triton imports (it may still lack a GPU; see `triton_entmax_attention`)."""
+    try:
+        _load_kernels()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """Uninitialized buffer for kernel outputs (a seam: tests swap in NaN-filled buffers)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _block_sizes(block_d: int, interpret: bool) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N): small tiles under the interpreter, 64×64 (64×32 for wide heads) on GPU."""
+    if interpret:
+        return 32, 32
+    return (64, 64) if block_d <= 64 else (64, 32)
+
+
+def _per_head(value: float | Tensor, heads: int, device: torch.device, name: str) -> Tensor:
+    """An (H,) fp32 tensor on `device`, read by the kernels at run time (no recompilation per value)."""
+    if isinstance(value, Tensor):
+        t = value.detach().to(device=device, dtype=torch.float32).reshape(-1)
+        if t.numel() == 1:
+            t = t.expand(heads)
+        if t.numel() != heads:
+            raise ValueError(
+                f"{name} must be a scalar or have one value per head ({heads}), got {tuple(value.shape)}"
+            )
+        return t.contiguous()
+    return torch.full((heads,), float(value), dtype=torch.float32, device=device)
+
+
+def _check_alpha(alpha: float | Tensor) -> None:
+    """α ∈ (1, 2]: above 2, u = p^(2−α) is unbounded near the support's edge. No check on GPU tensors
+    (that would synchronize the host)."""
+    if isinstance(alpha, Tensor):
+        if alpha.device.type != "cpu":
+            return
+        bad = bool(((alpha <= 1) | (alpha > 2) | ~torch.isfinite(alpha)).any())
+    else:
+        bad = not (1.0 < float(alpha) <= 2.0)
+    if bad:
+        raise ValueError(f"alpha must lie in (1, 2] for the Triton entmax kernel, got {alpha}")
+
+
+class _EntmaxAttention(torch.autograd.Function):
+    """Autograd wrapper: forward saves τ, log2 Σp, the u-weighted mean of V and the tile map."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
+        scale: float, causal: bool,
+    ) -> Tensor:
+        kern = _load_kernels()
+        B, H, N, D = q.shape
+        dev = q.device
+        block_d = max(16, triton_next_pow2(D))
+        bm, bn = _block_sizes(block_d, _interpreting())
+        nb_m, nb_n = -(-N // bm), -(-N // bn)
+        use_mask = B * H * nb_m * nb_n <= _MAX_MASK_TILES
+        store_vu = bool(ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
+        prec = "ieee" if q.dtype == torch.float32 else "tf32"
+
+        o = _alloc((B, H, N, D), q.dtype, dev)
+        tau = _alloc((B, H, N), torch.float32, dev)
+        logs = _alloc((B, H, N), torch.float32, dev)
+        vu = _alloc((B, H, N, block_d), torch.float32, dev) if store_vu else tau
+        tile_map = _alloc((B * H, nb_m, nb_n), torch.uint8, dev) if use_mask else tau
+        slopes_arg = slopes if slopes is not None else alpha
+
+        kern.entmax_fwd[(nb_m, B * H)](
+            q, k, v, o, alpha, slopes_arg, tau, logs, vu, tile_map,
+            *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+            H, N, nb_m, nb_n, scale, _TOL,
+            HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn,
+            CAUSAL=causal, HAS_ALIBI=slopes is not None, STORE_VU=store_vu,
+            USE_MASK=use_mask, MAX_ITER=_MAX_ITER, PREC=prec,
+        )
+        ctx.save_for_backward(q, k, v, alpha, slopes_arg, tau, logs, vu if store_vu else None, tile_map)
+        ctx.meta = (scale, causal, slopes is not None, use_mask, block_d, bm, bn, nb_m, nb_n, prec)
+        return o
+
+    @staticmethod
+    def backward(ctx: Any, do: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        kern = _load_kernels()
+        q, k, v, alpha, slopes_arg, tau, logs, vu, tile_map = ctx.saved_tensors
+        scale, causal, has_alibi, use_mask, block_d, bm, bn, nb_m, nb_n, prec = ctx.meta
+        B, H, N, D = q.shape
+        dev = q.device
+        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        if do.dtype != q.dtype:
+            do = do.to(q.dtype)
+        # c_i = dO_i · (u-weighted mean of V); only dq and dk depend on it.
+        if vu is not None:
+            delta = (do.float() * vu[..., :D]).sum(-1).contiguous()
+        else:
+            delta = torch.zeros((B, H, N), dtype=torch.float32, device=dev)
+        common = dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn,
+                      CAUSAL=causal, HAS_ALIBI=has_alibi, USE_MASK=use_mask, PREC=prec)
+        dq = dk = dv = None
+        if need_q:
+            dq = _alloc((B, H, N, D), q.dtype, dev)
+            kern.entmax_bwd_dq[(nb_m, B * H)](
+                q, k, v, do, dq, alpha, slopes_arg, tau, logs, delta, tile_map,
+                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
+                H, N, nb_m, nb_n, scale, **common,
+            )
+        if need_k or need_v:
+            dk = _alloc((B, H, N, D), k.dtype, dev)
+            dv = _alloc((B, H, N, D), v.dtype, dev)
+            kern.entmax_bwd_dkdv[(nb_n, B * H)](
+                q, k, v, do, dk, dv, alpha, slopes_arg, tau, logs, delta, tile_map,
+                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
+                H, N, nb_m, nb_n, scale, **common,
+            )
+        return dq, (dk if need_k else None), (dv if need_v else None), None, None, None, None
+
+
+def triton_next_pow2(n: int) -> int:
+    """Smallest power of two ≥ n (tl.arange needs power-of-two extents; the tail is masked)."""
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
+    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(
+            f"q, k, v must all be (B, H, N, D) of one shape, got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"{tuple(v.shape)}"
+        )
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"q, k, v must share one of fp32/fp16/bf16, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError("q, k, v must be on one device")
+    if q.shape[-1] > 256:
+        raise ValueError(f"head dim {q.shape[-1]} > 256 is not supported")
+    if q.is_cuda:
+        return
+    if not _interpreting():
+        raise RuntimeError(
+            "triton_entmax_attention runs on CUDA tensors (or on CPU under TRITON_INTERPRET=1, "
+            f"for testing); got device {q.device}"
+        )
+    if q.dtype == torch.bfloat16:
+        raise RuntimeError("the Triton interpreter cannot run bf16; use fp32/fp16 on CPU or a GPU")
+
+
+def triton_entmax_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    alpha: float | Tensor = 1.5,
+    causal: bool = True,
+    alibi_slopes: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """α-entmax attention over (B, H, N, D) tensors with the fused Triton kernels.
+
+    alpha: a float or an (H,) tensor in (1, 2] (read at run time: sweeping α does not recompile; it
+    carries no gradient). alibi_slopes: (H,) slopes m_h, bias −m_h·(i − j) taken literally, also
+    when causal=False. scale: defaults to 1/sqrt(D); a per-query scale (ASEntmax) is folded into q.
+    Gradients flow to q, k and v.
+    """
+    _load_kernels()
+    _check_inputs(q, k, v)
+    _check_alpha(alpha)
+    B, H, N, D = q.shape
+    alpha_t = _per_head(alpha, H, q.device, "alpha")
+    slopes_t = None if alibi_slopes is None else _per_head(alibi_slopes, H, q.device, "alibi_slopes")
+    scale_f = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if N == 0:
+        return q.new_empty(q.shape)
+    fn: Callable[..., Tensor] = _EntmaxAttention.apply  # type: ignore[assignment]
+    return fn(q, k, v, alpha_t, slopes_t, scale_f, bool(causal))
