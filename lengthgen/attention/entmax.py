@@ -118,7 +118,9 @@ def _alpha_for_rows(alpha: torch.Tensor, shape: torch.Size, dim: int, dtype: tor
     return a.movedim(dim, -1)
 
 
-def entmax_forward(z: torch.Tensor, alpha: AlphaLike = 1.5, dim: int = -1, *, scaled: bool = False) -> torch.Tensor:
+def entmax_forward(
+    z: torch.Tensor, alpha: AlphaLike = 1.5, dim: int = -1, *, scaled: bool = False
+) -> torch.Tensor:
     """α-entmax probabilities without autograd, in the compute dtype (fp32, or fp64 for fp64 input).
 
     ``scaled=True`` means z already holds (α−1)·scores (the kernels work in that unit).
