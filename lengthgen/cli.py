@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -258,7 +259,22 @@ def run_command(
         raise typer.Exit(code=1)
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """Plugin warnings are for users, not developers: one ``warning: ...`` line, no source location."""
+    from lengthgen.registry import PluginWarning
+
+    if issubclass(category, PluginWarning):
+        typer.echo(f"warning: {message}", err=True)
+    else:
+        _default_show_warning(message, category, filename, lineno, file, line)
+
+
+_default_show_warning = warnings.showwarning
+
+
 def main() -> None:
+    warnings.showwarning = _show_warning
     app()
 
 

@@ -38,6 +38,15 @@ class PluginLoadError(RegistryError):
     """A ``module:Object`` / ``file.py:Object`` spec or an entry point that cannot be used."""
 
 
+class PluginWarning(UserWarning):
+    """A plugin was skipped on purpose (its name belongs to a built-in); the CLI prints it in one line."""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 @dataclass(frozen=True)
 class Entry(Generic[T]):
     name: str
@@ -124,8 +133,8 @@ class Registry(Generic[T]):
             obj = ep.load()
             if self._validate is not None:
                 self._validate(obj)
-        except Exception as exc:  # a broken plugin must never break the CLI
-            self.broken[ep.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        except (Exception, SystemExit) as exc:  # a broken plugin must never break the CLI
+            self.broken[ep.name] = _one_line(exc)
             return
         existing = self._entries.get(ep.name)
         if existing is not None:
@@ -135,6 +144,7 @@ class Registry(Generic[T]):
                 warnings.warn(
                     f"plugin {self.kind} {ep.name!r} from {where} ignored: "
                     f"the built-in {existing.origin} has that name",
+                    PluginWarning,
                     stacklevel=2,
                 )
                 return
@@ -193,19 +203,25 @@ def load_object(spec: str, validate: Callable[[object], None] | None = None) -> 
                     raise PluginLoadError(f"bad spec {spec!r}: cannot import {str(path)!r}")
                 module = importlib.util.module_from_spec(file_spec)
                 sys.modules[module_name] = module
-                file_spec.loader.exec_module(module)
+                try:
+                    file_spec.loader.exec_module(module)
+                except BaseException:
+                    # never leave a half-initialized module behind for the next lookup to find
+                    sys.modules.pop(module_name, None)
+                    raise
         else:
             module = importlib.import_module(target)
-        obj = getattr(module, attr)
     except PluginLoadError:
         raise
+    except (Exception, SystemExit) as exc:
+        raise PluginLoadError(f"cannot load {spec!r}: {_one_line(exc)}") from exc
+    try:
+        obj = getattr(module, attr)
     except AttributeError:
         names = sorted(n for n, v in vars(module).items() if inspect.isclass(v))
         raise PluginLoadError(
             f"bad spec {spec!r}: no {attr!r} in {target!r}; classes there: {', '.join(names)}"
         ) from None
-    except Exception as exc:
-        raise PluginLoadError(f"cannot load {spec!r}: {type(exc).__name__}: {exc}") from exc
     if validate is not None:
         try:
             validate(obj)
