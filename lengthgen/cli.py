@@ -273,6 +273,119 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 _default_show_warning = warnings.showwarning
 
 
+class Launcher(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+@app.command("sweep")
+def sweep_command(
+    tasks: str = typer.Option(..., "--task", help="Comma-separated task names (see `lengthgen tasks`)."),
+    attns: str = typer.Option(..., "--attn", help="Comma-separated backends (see `lengthgen attns`)."),
+    positions: str = typer.Option("nape", "--pos", help="Comma-separated position schemes."),
+    seeds: str = typer.Option("0", "--seeds", help="Seeds: 0,1,2 or a range 0-4."),
+    preset: str = typer.Option("quick", "--preset", help="quick (CPU minutes) or paper."),
+    steps: int | None = typer.Option(None, "--steps", help="Training steps (overrides the preset)."),
+    max_factor: int | None = typer.Option(None, "--max-factor", help="Evaluate up to L·this (power of 2)."),
+    eval_samples: int | None = typer.Option(None, "--eval-samples", help="Samples per length (the most)."),
+    train_length: int | None = typer.Option(None, "--train-length", help="Longest training length L."),
+    param: list[str] = typer.Option(None, "--param", help="Task parameter key=value (all tasks)."),
+    out: str = typer.Option(..., "--out", help="Sweep folder: DIR/data (results), DIR/runs (artifacts)."),
+    launcher: Launcher = typer.Option(Launcher.local, "--launcher", help="local or ray."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster to join (else local)."),
+    jobs: int | None = typer.Option(None, "--jobs", help="Runs at once (local: processes; ray: CPU share)."),
+    device: Device = typer.Option(Device.auto, "--device"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Redo runs recorded as failed."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Run a grid of runs into a crash-safe results dataset; re-run the same command to resume."""
+    from lengthgen import sweep as sw
+    from lengthgen.harness.run import resolve_device
+
+    with user_errors():
+        try:
+            spec = sw.SweepSpec(
+                tasks=sw.parse_list(tasks, "task"), attns=sw.parse_list(attns, "attention backend"),
+                positions=sw.parse_list(positions, "position scheme"), seeds=sw.parse_seeds(seeds),
+                preset=preset, steps=steps, max_factor=max_factor, eval_samples=eval_samples,
+                train_length=train_length, task_params=parse_params(param),
+            )
+            if jobs is not None and jobs < 1:
+                raise ValueError("--jobs must be at least 1")
+            if ray_address and launcher is not Launcher.ray:
+                raise ValueError("--ray-address needs --launcher ray")
+            configs = sw.validate_spec(spec)
+            if launcher is Launcher.ray:
+                try:
+                    import ray  # noqa: F401
+                except ImportError:
+                    raise ValueError("--launcher ray needs Ray: pip install 'lengthgen[ray]'") from None
+            else:
+                resolve_device(device.value)
+        except ValidationError:
+            raise
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    typer.echo(f"sweep: {len(configs)} runs ({len(spec.tasks)} tasks x {len(spec.attns)} backends x "
+               f"{len(spec.positions)} position schemes x {len(spec.seeds)} seeds), preset {preset}, "
+               f"launcher {launcher.value} -> {out}", err=True)
+    report = sw.SweepReport(len(configs), 0, 0)
+    try:
+        sw.run_sweep(configs, out, launcher=launcher.value, device=device.value, jobs=jobs,
+                  ray_address=ray_address, retry_failed=retry_failed, progress=not quiet, report=report)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        for line in sw.summarize(report, out):
+            typer.echo(line, err=True)
+        raise typer.Exit(code=130) from None
+    for line in sw.summarize(report, out):
+        typer.echo(line, err=True)
+
+
+@app.command("leaderboard")
+def leaderboard_command(
+    results: str = typer.Argument(..., help="Sweep folder (its data/ is read) or results folder/file."),
+    out: str = typer.Option(..., "--out", help="Folder for README.md, leaderboard.csv/.html and plots/."),
+    title: str = typer.Option("lengthgen leaderboard", "--title"),
+    hardware: str | None = typer.Option(None, "--hardware", help="Hardware note for the README."),
+) -> None:
+    """Tables (mean and 95% CI over seeds, effective length, paper numbers) and plots from results."""
+    from lengthgen.leaderboard import load_rows, write_leaderboard
+
+    with user_errors():
+        rows = load_rows(results)
+        if rows.empty:
+            raise UsageError(f"no results under {results!r} (expected DIR/data/*.parquet from a sweep)")
+    for path in write_leaderboard(rows, out, title=title, source=results, hardware=hardware):
+        typer.echo(str(path))
+
+
+class PlotKind(str, Enum):
+    exact = "exact"
+    dispersion = "dispersion"
+
+
+@app.command("plot")
+def plot_command(
+    results: str = typer.Argument(..., help="Sweep folder (its data/ is read) or results folder/file."),
+    task_name: str = typer.Option(..., "--task", help="Task to plot."),
+    output: str = typer.Option(..., "-o", "--output", help="PNG file to write."),
+    kind: PlotKind = typer.Option(PlotKind.exact, "--kind",
+                                  help="exact: exact match vs length; dispersion: entropy and support."),
+) -> None:
+    """One figure for one task: exact match vs length (CI band), or attention entropy/support."""
+    from lengthgen.leaderboard import load_rows, plot_dispersion, plot_exact_match
+
+    with user_errors():
+        rows = load_rows(results)
+        tasks = sorted(rows.loc[rows["status"] == "ok", "task"].dropna().unique())
+        if task_name not in tasks:
+            raise UsageError(f"no ok results for task {task_name!r} under {results!r}; "
+                             f"tasks with results: {', '.join(tasks) or '(none)'}")
+    draw = plot_exact_match if kind is PlotKind.exact else plot_dispersion
+    typer.echo(str(draw(rows, task_name, output)))
+
+
 def main() -> None:
     warnings.showwarning = _show_warning
     app()

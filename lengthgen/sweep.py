@@ -1,0 +1,423 @@
+"""Sweeps: a grid of runs whose results survive crashes and resume where they stopped.
+
+Layout under the sweep folder ``DIR``:
+
+- ``DIR/data/<run_id>.parquet`` — the results dataset, one file per finished run, written with
+  temp file + rename, so a run's rows appear all at once or not at all. A hard kill loses at most
+  the runs in progress; readers ignore the dot-prefixed temp files a kill may leave behind.
+- ``DIR/runs/<run_id>/`` — that run's artifacts (config, model, its own results, plot).
+
+Whether a run is done is read from its data file alone, so re-running the same command skips
+finished runs (and failed ones unless asked to retry) and redoes the rest. The same worker
+function serves the local and the Ray launcher, so both produce the same dataset.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from lengthgen.config import RunConfig
+
+Launcher = Literal["local", "ray"]
+RunState = Literal["ok", "failed", "missing"]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The grid (tasks × backends × position schemes × seeds) and the shared overrides."""
+
+    tasks: tuple[str, ...]
+    attns: tuple[str, ...]
+    positions: tuple[str, ...] = ("nape",)
+    seeds: tuple[int, ...] = (0,)
+    preset: str = "quick"
+    steps: int | None = None
+    max_factor: int | None = None
+    eval_samples: int | None = None
+    train_length: int | None = None
+    task_params: dict[str, Any] = field(default_factory=dict)
+
+    def configs(self) -> list[RunConfig]:
+        """One config per grid point, in a stable order (task, backend, position, seed)."""
+        from lengthgen.presets import build_run_config
+
+        out = []
+        for task in self.tasks:
+            for attn in self.attns:
+                for pos in self.positions:
+                    for seed in self.seeds:
+                        out.append(build_run_config(
+                            task, attn, pos=pos, preset=self.preset, seed=seed,
+                            task_params=self.task_params or None,
+                            train_overrides={"steps": self.steps, "train_length": self.train_length},
+                            eval_overrides={
+                                "max_factor": self.max_factor, "samples": self.eval_samples,
+                                "min_samples": min(self.eval_samples, 16) if self.eval_samples else None,
+                            },
+                        ))
+        return out
+
+
+def validate_spec(spec: SweepSpec) -> list[RunConfig]:
+    """Check every name and every config before anything runs; errors name the valid choices.
+
+    Raises the registry's ``UnknownNameError`` / ``PluginLoadError``, pydantic's
+    ``ValidationError`` or ``ValueError`` — all one-line user errors at the CLI.
+    """
+    from lengthgen.attention import ATTENTION
+    from lengthgen.attention.positions import get_position_scheme
+    from lengthgen.model import ModelConfig
+    from lengthgen.presets import preset_sections
+    from lengthgen.tasks import get_task
+
+    for name, values in (("--task", spec.tasks), ("--attn", spec.attns), ("--pos", spec.positions),
+                         ("--seeds", spec.seeds)):
+        if not values:
+            raise ValueError(f"{name} needs at least one value")
+        if len(set(values)) != len(values):
+            raise ValueError(f"{name} lists a value twice: {', '.join(map(str, values))}")
+    if any(s < 0 for s in spec.seeds):
+        raise ValueError("--seeds must be non-negative integers")
+    preset_sections(spec.tasks[0], spec.preset)
+    tasks = {name: get_task(name, **spec.task_params) for name in spec.tasks}
+    for attn in spec.attns:
+        ATTENTION.get(attn)
+    for pos in spec.positions:
+        get_position_scheme(pos)
+    configs = spec.configs()
+    for config in configs:
+        task = tasks[config.task]
+        if config.train.train_length < task.min_length:
+            raise ValueError(f"train length {config.train.train_length} is under the minimum of task "
+                             f"{task.name!r} ({task.min_length})")
+        ModelConfig(vocab_size=task.vocab.size, attn=config.attn, attn_options=config.attn_options,
+                    pos=config.pos, **config.arch.model_dump())
+    return configs
+
+
+# -- the dataset ----------------------------------------------------------------------------------
+def run_key(config: RunConfig) -> str:
+    """The run's folder and data-file name (the harness's sanitized run id)."""
+    from lengthgen.harness.run import safe_name
+
+    return safe_name(config.run_id())
+
+
+def data_dir(out: str | os.PathLike[str]) -> Path:
+    return Path(out) / "data"
+
+
+def data_path(out: str | os.PathLike[str], key: str) -> Path:
+    return data_dir(out) / f"{key}.parquet"
+
+
+def run_state(path: Path) -> RunState:
+    """``ok`` when every row of the data file is ok, ``failed`` when any is not, ``missing`` when
+    there is no readable file (an unreadable one is redone, and overwritten, like a missing one)."""
+    if not path.is_file():
+        return "missing"
+    try:
+        status = pd.read_parquet(path, columns=["status"])["status"]
+    except Exception:
+        return "missing"
+    if status.empty:
+        return "missing"
+    return "ok" if (status == "ok").all() else "failed"
+
+
+@dataclass
+class Plan:
+    todo: list[RunConfig]
+    done_ok: list[str]
+    done_failed: list[str]
+
+
+def plan(configs: Sequence[RunConfig], out: str | os.PathLike[str], retry_failed: bool = False) -> Plan:
+    """Split the grid into runs to do and runs already recorded."""
+    result = Plan([], [], [])
+    for config in configs:
+        key = run_key(config)
+        state = run_state(data_path(out, key))
+        if state == "ok":
+            result.done_ok.append(key)
+        elif state == "failed" and not retry_failed:
+            result.done_failed.append(key)
+        else:
+            result.todo.append(config)
+    return result
+
+
+def failed_frame(config: RunConfig, exc: BaseException | str) -> pd.DataFrame:
+    """A one-row ``failed`` record for a run that died outside the harness's own error handling."""
+    import lengthgen
+    from lengthgen.harness.results import rows_to_frame
+
+    error = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+    return rows_to_frame([{
+        "run_id": run_key(config), "task": config.task, "attn": config.attn, "pos": config.pos,
+        "seed": config.seed, "preset": config.preset, "train_length": config.train.train_length,
+        "steps": config.train.steps, "selection": config.train.selection,
+        "lengthgen_version": lengthgen.__version__, "config_hash": config.config_hash(),
+        "config_json": config.canonical_json(), "status": "failed",
+        "error": (error.splitlines() or ["unknown error"])[0],
+    }])
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What the driver needs to know about a finished run (small, so cheap to ship from Ray)."""
+
+    key: str
+    status: str
+    error: str | None
+    seconds: float
+
+
+def outcome_of(key: str, frame: pd.DataFrame, seconds: float) -> RunOutcome:
+    bad = frame[frame["status"] != "ok"]
+    if bad.empty:
+        return RunOutcome(key, "ok", None, seconds)
+    return RunOutcome(key, "failed", str(bad["error"].iloc[0]), seconds)
+
+
+def run_one(config: RunConfig, out: str, device: str = "auto", threads: int | None = None,
+            cwd: str | None = None) -> tuple[RunOutcome, pd.DataFrame]:
+    """Execute one run and record it in the dataset; never raises for a failing run.
+
+    Runs in the driver (local, jobs=1), in a pool process (local, jobs>1) or in a Ray worker.
+    ``cwd`` lets a worker resolve relative ``file.py:Class`` plugin specs like the driver did.
+    """
+    from lengthgen.harness.results import write_parquet_atomic
+    from lengthgen.harness.run import execute
+
+    if cwd and os.path.isdir(cwd) and os.getcwd() != cwd:
+        os.chdir(cwd)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    key = run_key(config)
+    start = time.perf_counter()
+    try:
+        frame = execute(config, Path(out) / "runs", device_name=device, progress=False)
+    except Exception as exc:  # the harness records its own failures; this catches the rest
+        run_dir = Path(out) / "runs" / key
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        frame = failed_frame(config, exc)
+    write_parquet_atomic(frame, data_path(out, key))
+    return outcome_of(key, frame, time.perf_counter() - start), frame
+
+
+def _pool_worker(config: RunConfig, out: str, device: str, threads: int | None, cwd: str) -> RunOutcome:
+    return run_one(config, out, device, threads, cwd)[0]
+
+
+# -- launchers ------------------------------------------------------------------------------------
+OnDone = Callable[[RunOutcome], None]
+
+
+def launch_local(todo: Sequence[RunConfig], out: str, device: str, jobs: int, on_done: OnDone) -> None:
+    """In this process (jobs = 1) or in a pool of ``jobs`` processes sharing the cores."""
+    if jobs <= 1:
+        for config in todo:
+            on_done(run_one(config, out, device)[0])
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = {pool.submit(_pool_worker, c, out, device, threads, os.getcwd()): c for c in todo}
+        for future in as_completed(futures):
+            try:
+                outcome = future.result()
+            except Exception as exc:  # the worker process died (killed, out of memory)
+                config = futures[future]
+                frame = failed_frame(config, f"worker died: {type(exc).__name__}: {exc}")
+                _record_if_missing(config, out, frame)
+                outcome = outcome_of(run_key(config), frame, 0.0)
+            on_done(outcome)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _record_if_missing(config: RunConfig, out: str, frame: pd.DataFrame) -> None:
+    from lengthgen.harness.results import write_parquet_atomic
+
+    path = data_path(out, run_key(config))
+    if run_state(path) == "missing":
+        write_parquet_atomic(frame, path)
+
+
+def _ray_task(config: RunConfig, out: str, device: str, threads: int | None,
+              cwd: str) -> tuple[RunOutcome, pd.DataFrame]:
+    return run_one(config, out, device, threads, cwd)
+
+
+def launch_ray(todo: Sequence[RunConfig], out: str, device: str, jobs: int | None, address: str | None,
+               on_done: OnDone) -> None:
+    """One Ray task per run: one GPU each where the cluster has GPUs, else CPUs.
+
+    Connects to ``address`` (or a cluster this process already joined), otherwise starts a local
+    instance with ``jobs`` CPUs. Each task writes its own data file; the driver writes it from the
+    returned rows too when the worker's file is not visible here (nodes without a shared disk).
+    """
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--launcher ray needs Ray: pip install 'lengthgen[ray]'") from None
+    started = False
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address)
+        else:
+            ray.init(num_cpus=jobs, include_dashboard=False)
+        started = True
+    try:
+        resources = ray.cluster_resources()
+        if resources.get("GPU", 0) >= 1 and device != "cpu":
+            options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 1}
+            threads = None
+        else:
+            cpus = int(resources.get("CPU", 1))
+            per_run = max(1, cpus // jobs) if jobs else 1
+            options, threads = {"num_cpus": per_run}, per_run
+        remote = ray.remote(_ray_task).options(**options)
+        cwd = os.getcwd()
+        pending = {remote.remote(c, out, device, threads, cwd): c for c in todo}
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    config = pending.pop(ref)
+                    try:
+                        outcome, frame = ray.get(ref)
+                        _record_if_missing(config, out, frame)
+                    except Exception as exc:  # the task or its worker died (crash, node loss, OOM kill)
+                        frame = failed_frame(config, f"ray task died: {type(exc).__name__}: {exc}")
+                        _record_if_missing(config, out, frame)
+                        outcome = outcome_of(run_key(config), frame, 0.0)
+                    on_done(outcome)
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# -- the driver -----------------------------------------------------------------------------------
+@dataclass
+class SweepReport:
+    total: int
+    skipped_ok: int
+    skipped_failed: int
+    ok: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.skipped_ok - self.skipped_failed - len(self.ok) - len(self.failed)
+
+
+def run_sweep(
+    configs: Sequence[RunConfig],
+    out: str | os.PathLike[str],
+    *,
+    launcher: Launcher = "local",
+    device: str = "auto",
+    jobs: int | None = None,
+    ray_address: str | None = None,
+    retry_failed: bool = False,
+    progress: bool = True,
+    report: SweepReport | None = None,
+) -> SweepReport:
+    """Run every config of the grid not yet recorded under ``out``; one progress bar with ETA.
+
+    Pass ``report`` to keep the partial counts when a Ctrl-C (KeyboardInterrupt) propagates.
+    """
+    from tqdm.auto import tqdm
+
+    root = str(Path(out).resolve())
+    data_dir(root).mkdir(parents=True, exist_ok=True)
+    todo_plan = plan(configs, root, retry_failed=retry_failed)
+    if report is None:
+        report = SweepReport(len(configs), len(todo_plan.done_ok), len(todo_plan.done_failed))
+    else:
+        report.total, report.skipped_ok = len(configs), len(todo_plan.done_ok)
+        report.skipped_failed = len(todo_plan.done_failed)
+    done_before = report.skipped_ok + report.skipped_failed
+    bar = tqdm(total=len(configs), initial=done_before, desc="sweep", unit="run", disable=not progress,
+               dynamic_ncols=True, smoothing=0.1)
+
+    def on_done(outcome: RunOutcome) -> None:
+        if outcome.status == "ok":
+            report.ok.append(outcome.key)
+        else:
+            report.failed.append((outcome.key, outcome.error or "unknown error"))
+            bar.write(f"failed: {outcome.key}: {outcome.error}")
+        bar.set_postfix(ok=len(report.ok), failed=len(report.failed), refresh=False)
+        bar.update(1)
+
+    try:
+        if launcher == "local":
+            launch_local(todo_plan.todo, root, device, jobs or 1, on_done)
+        elif launcher == "ray":
+            launch_ray(todo_plan.todo, root, device, jobs, ray_address, on_done)
+        else:
+            raise ValueError(f"unknown launcher {launcher!r}; valid launchers: local, ray")
+    except KeyboardInterrupt:
+        report.interrupted = True
+        raise
+    finally:
+        bar.close()
+    return report
+
+
+def parse_list(text: str, what: str) -> tuple[str, ...]:
+    """``a,b , c`` → ('a', 'b', 'c'); empty items are an error, not silently dropped."""
+    items = tuple(item.strip() for item in text.split(","))
+    if not text.strip() or any(not item for item in items):
+        raise ValueError(f"bad {what} list {text!r}: expected comma-separated names")
+    return items
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``0,1,2`` or a range ``0-4`` (inclusive), or a mix: ``0,2,5-7``."""
+    seeds: list[int] = []
+    for item in parse_list(text, "seed"):
+        lo, dash, hi = item.partition("-")
+        try:
+            if dash:
+                seeds.extend(range(int(lo), int(hi) + 1))
+            else:
+                seeds.append(int(item))
+        except ValueError:
+            raise ValueError(f"bad seed {item!r} in --seeds {text!r}: expected integers like 0,1,2 or 0-4") \
+                from None
+    return tuple(seeds)
+
+
+def summarize(report: SweepReport, out: str | os.PathLike[str]) -> Iterable[str]:
+    """Lines for the end of a sweep (also after Ctrl-C)."""
+    yield (f"sweep: {len(report.ok)} ok, {len(report.failed)} failed this time; "
+           f"{report.skipped_ok + report.skipped_failed} already recorded "
+           f"({report.skipped_failed} failed, skipped: use --retry-failed to redo); "
+           f"{report.total} in the grid")
+    for key, error in report.failed:
+        yield f"  failed: {key}: {error}"
+    if report.interrupted:
+        yield (f"interrupted: {report.remaining} runs not recorded; run the same command again to resume")
+    yield f"results: {Path(out) / 'data'}"
