@@ -8,6 +8,7 @@ loss, out of memory, an exception) still writes its rows with ``status = failed`
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import re
 import traceback
@@ -37,8 +38,17 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
+def safe_name(text: str, max_length: int = 120) -> str:
+    """A folder name for ``text``: no separators, never hidden, short enough for any filesystem.
+
+    ``file.py:Class`` specs make run ids like ``./my/attn.py:Relu2-...``; a leading dot would hide
+    the folder, and two long absolute paths could pass the 255-byte name limit, so long names keep
+    their start plus a hash of the whole text (still unique).
+    """
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).lstrip("._").rstrip("_")
+    if len(name) > max_length:
+        name = f"{name[: max_length - 9]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    return name
 
 
 def build(config: RunConfig) -> tuple[Task, Transformer]:
