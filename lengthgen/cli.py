@@ -290,6 +290,7 @@ def sweep_command(
     eval_samples: int | None = typer.Option(None, "--eval-samples", help="Samples per length (the most)."),
     train_length: int | None = typer.Option(None, "--train-length", help="Longest training length L."),
     param: list[str] = typer.Option(None, "--param", help="Task parameter key=value (all tasks)."),
+    override: list[str] = typer.Option(None, "--set", help="Config field, e.g. train.lr=5e-4 (repeatable)."),
     out: str = typer.Option(..., "--out", help="Sweep folder: DIR/data (results), DIR/runs (artifacts)."),
     launcher: Launcher = typer.Option(Launcher.local, "--launcher", help="local or ray."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster to join (else local)."),
@@ -309,6 +310,7 @@ def sweep_command(
                 positions=sw.parse_list(positions, "position scheme"), seeds=sw.parse_seeds(seeds),
                 preset=preset, steps=steps, max_factor=max_factor, eval_samples=eval_samples,
                 train_length=train_length, task_params=parse_params(param),
+                overrides=sw.parse_overrides(override),
             )
             if jobs is not None and jobs < 1:
                 raise ValueError("--jobs must be at least 1")

@@ -162,12 +162,13 @@ def effective_length(means: dict[int, float], threshold: float = EFFECTIVE_THRES
 
 
 # -- the summary table ----------------------------------------------------------------------------
-def _recipe(config_json: Any) -> str:
+def _recipe(config_json: Any, ignore: Sequence[str] = ("seed",)) -> str:
     """Hash of the run's config without its seed: runs that differ only by seed share it."""
     if not isinstance(config_json, str) or not config_json:
         return ""
     config = json.loads(config_json)
-    config.pop("seed", None)
+    for key in ignore:
+        config.pop(key, None)
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
 
 
@@ -487,40 +488,56 @@ def protocol_lines(rows: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
-    """`lengthgen sweep` commands that rebuild the grid in the rows: one per set of tasks that share
-    backends, positions, seeds, preset and overrides (flags only where they differ from the preset)."""
+def _sweep_flags(task: str, config: dict[str, Any]) -> tuple[str, ...] | None:
+    """The flags that make ``lengthgen sweep`` build ``config`` (bar backend, position, seed):
+    dedicated flags where they exist, ``--set`` for any other field that differs from the preset.
+    None when this installation cannot rebuild it (unknown task or preset)."""
     from lengthgen.presets import build_run_config
+    from lengthgen.sweep import SECTIONS, SweepSpec
 
+    try:
+        preset = config["preset"]
+        default = build_run_config(task, "softmax", preset=preset).model_dump(mode="json")
+        dedicated = {"steps": ("train", "steps"), "train_length": ("train", "train_length"),
+                     "max_factor": ("eval", "max_factor"), "eval_samples": ("eval", "samples")}
+        chosen = {name: config[s][k] for name, (s, k) in dedicated.items() if config[s][k] != default[s][k]}
+        params = {k: v for k, v in sorted(config["task_params"].items())
+                  if default["task_params"].get(k) != v}
+        spec = SweepSpec(tasks=(task,), attns=("softmax",), preset=preset, task_params=params, **chosen)
+        built = spec.configs()[0].model_dump(mode="json")
+    except Exception:
+        return None
+    flags = [f"--{name.replace('_', '-')} {value}" for name, value in chosen.items()]
+    flags += [f"--param {_shell_quote(f'{k}={json.dumps(v)}')}" for k, v in params.items()]
+    for section in SECTIONS:
+        for key, value in sorted(config[section].items()):
+            if built[section].get(key) != value:
+                flags.append(f"--set {_shell_quote(f'{section}.{key}={json.dumps(value)}')}")
+    return (f"--preset {preset}", *flags)
+
+
+def _sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
+    """`lengthgen sweep` commands that rebuild the runs in the rows: one per set of tasks sharing
+    backends, positions, seeds and recipe (flags only where they differ from the preset)."""
     groups: dict[tuple[str, ...], list[str]] = {}
-    for task, group in sorted(rows.groupby("task"), key=lambda kv: kv[0]):
+    grid_fields = ("seed", "attn", "attn_options", "pos")  # what varies inside one sweep command
+    frame = rows.assign(recipe=[_recipe(c, grid_fields) for c in rows["config_json"]])
+    for (task, _), group in frame.groupby(["task", "recipe"], sort=True):
         known = sorted(group["config_json"].dropna())
-        config = json.loads(known[0]) if known else {}
-        flags: list[str] = []
-        preset = str(config.get("preset", _values(group["preset"])))
-        try:
-            default = build_run_config(task, "softmax", preset=preset).model_dump(mode="json")
-        except Exception:  # a task or preset this installation no longer knows: give every value
-            default = {}
-        train, evals = config.get("train", {}), config.get("eval", {})
-        overridable = (("--steps", "train", "steps"), ("--train-length", "train", "train_length"),
-                       ("--max-factor", "eval", "max_factor"), ("--eval-samples", "eval", "samples"))
-        for flag, section, key in overridable:
-            value = (train if section == "train" else evals).get(key)
-            if value is not None and value != default.get(section, {}).get(key):
-                flags.append(f"{flag} {value}")
-        for key, value in sorted(config.get("task_params", {}).items()):
-            if value != default.get("task_params", {}).get(key):
-                flags.append(f"--param {key}={json.dumps(value)}")
+        flags = _sweep_flags(task, json.loads(known[0])) if known else None
+        if flags is None:
+            flags = (f"--preset {_values(group['preset'])}", "# (recipe not rebuildable here)")
         seeds = ",".join(str(s) for s in sorted(set(group["seed"].dropna().astype(int))))
-        attns, positions = ",".join(sorted(set(group["attn"]))), ",".join(sorted(set(group["pos"].dropna())))
-        key = (attns, positions, seeds, preset, *flags)
-        groups.setdefault(key, []).append(task)
+        attns = _shell_quote(",".join(sorted(set(group["attn"]))))
+        positions = ",".join(sorted(set(group["pos"].dropna())))
+        groups.setdefault((attns, positions, seeds, *flags), []).append(task)
     commands = []
     for key, tasks in sorted(groups.items(), key=lambda kv: (kv[1], kv[0])):
-        attns, pos, seeds, preset, *flags = key
+        attns, pos, seeds, *flags = key
+        tail = [f for f in flags if f.startswith("#")]
+        flags = [f for f in flags if not f.startswith("#")]
         parts = ["lengthgen sweep", f"--task {','.join(tasks)}", f"--attn {attns}", f"--pos {pos}",
-                 f"--seeds {seeds}", f"--preset {preset}", *flags, f"--out {sweep_dir}"]
+                 f"--seeds {seeds}", *flags, f"--out {_shell_quote(sweep_dir)}", *tail]
         commands.append(" ".join(parts))
     return commands
 
@@ -571,7 +588,8 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
            f"- lengthgen {_values(rows['lengthgen_version'])}, torch {_values(rows['torch_version'])}",
            "- evaluation: a fixed test set per (task, length), independent of the training seed (paired); "
            "checkpoint selection as in the table (`id` = in-distribution validation)."]
-    commands = [*_sweep_commands(rows, source), f"lengthgen leaderboard {source} --out {out_name}"
+    commands = [*_sweep_commands(rows, source),
+                f"lengthgen leaderboard {_shell_quote(source)} --out {_shell_quote(out_name)}"
                 + (f" --hardware {_shell_quote(hardware)}" if hardware else "")
                 + (f" --title {_shell_quote(title)}" if title != DEFAULT_TITLE else "")]
     md += ["## Protocol and hardware", "", *protocol, "", *env, "", "## Reproduce", "",

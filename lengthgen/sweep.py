@@ -44,24 +44,35 @@ class SweepSpec:
     eval_samples: int | None = None
     train_length: int | None = None
     task_params: dict[str, Any] = field(default_factory=dict)
+    #: Further fields per config section (``train``, ``eval``, ``arch``), applied after the flags.
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def configs(self) -> list[RunConfig]:
-        """One config per grid point, in a stable order (task, backend, position, seed)."""
+        """One config per grid point, in a stable order (task, backend, position, seed).
+
+        Backend options are the backend's defaults, written out as ``lengthgen run`` does, so a
+        run has the same id whether it came from ``run`` or from a sweep.
+        """
+        from lengthgen.attention import ATTENTION
         from lengthgen.presets import build_run_config
 
         out = []
         for task in self.tasks:
             for attn in self.attns:
+                options = ATTENTION.get(attn).Options().model_dump()
                 for pos in self.positions:
                     for seed in self.seeds:
                         out.append(build_run_config(
                             task, attn, pos=pos, preset=self.preset, seed=seed,
-                            task_params=self.task_params or None,
-                            train_overrides={"steps": self.steps, "train_length": self.train_length},
+                            task_params=self.task_params or None, attn_options=options,
+                            train_overrides={"steps": self.steps, "train_length": self.train_length,
+                                             **self.overrides.get("train", {})},
                             eval_overrides={
                                 "max_factor": self.max_factor, "samples": self.eval_samples,
                                 "min_samples": min(self.eval_samples, 16) if self.eval_samples else None,
+                                **self.overrides.get("eval", {}),
                             },
+                            arch_overrides=self.overrides.get("arch"),
                         ))
         return out
 
@@ -408,6 +419,31 @@ def parse_seeds(text: str) -> tuple[int, ...]:
             raise ValueError(f"bad seed {item!r} in --seeds {text!r}: expected integers like 0,1,2 or 0-4") \
                 from None
     return tuple(seeds)
+
+
+SECTIONS = ("train", "eval", "arch")
+
+
+def parse_overrides(pairs: Sequence[str] | None) -> dict[str, dict[str, Any]]:
+    """``train.batch_size=8`` pairs → {"train": {"batch_size": 8}}; values parsed as JSON if they can be.
+
+    Unknown field names are caught later by the config models (extra fields are forbidden).
+    """
+    import json
+
+    out: dict[str, dict[str, Any]] = {}
+    for pair in pairs or []:
+        name, eq, raw = pair.partition("=")
+        section, dot, key = name.partition(".")
+        if not eq or not dot or not key or section not in SECTIONS:
+            raise ValueError(f"bad --set {pair!r}: expected SECTION.FIELD=VALUE with SECTION one of "
+                             f"{', '.join(SECTIONS)} (e.g. train.batch_size=32)")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out.setdefault(section, {})[key] = value
+    return out
 
 
 def summarize(report: SweepReport, out: str | os.PathLike[str]) -> Iterable[str]:

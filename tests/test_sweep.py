@@ -1,0 +1,173 @@
+"""``lengthgen sweep``: crash-safe resume, failures recorded (and retried on request), name
+validation, and the Ray launcher on a local instance. Grids are tiny: a few training steps,
+evaluation at 1x and 2x on a handful of samples."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from lengthgen.cli import app
+from lengthgen.leaderboard import load_rows
+from lengthgen.sweep import SweepSpec, data_path, parse_seeds, plan, run_key, run_state
+
+runner = CliRunner()
+
+TINY = ["--steps", "2", "--max-factor", "2", "--eval-samples", "4", "--set", "train.batch_size=8",
+        "--set", "train.val_samples=8", "--set", "arch.d_model=32", "--set", "arch.d_ff=64", "--quiet"]
+TINY_OVERRIDES = {"train": {"batch_size": 8, "val_samples": 8}, "arch": {"d_model": 32, "d_ff": 64}}
+
+NAN_PLUGIN = textwrap.dedent(
+    """
+    import torch
+
+    from lengthgen.attention.backend import AttentionBackend
+
+
+    class NaNAttention(AttentionBackend):
+        name = "nan_attention"
+        description = "test backend whose weights are NaN (training diverges)"
+
+        def normalize(self, scores: torch.Tensor) -> torch.Tensor:
+            return torch.full_like(scores, float("nan"))
+    """
+)
+
+
+def _keys(tasks: str, attns: str, seeds: str) -> set[str]:
+    spec = SweepSpec(tasks=tuple(tasks.split(",")), attns=tuple(attns.split(",")), seeds=parse_seeds(seeds),
+                     steps=2, max_factor=2, eval_samples=4, overrides=TINY_OVERRIDES)
+    return {run_key(c) for c in spec.configs()}
+
+
+def _sweep(out: Path, *args: str) -> object:
+    return runner.invoke(app, ["sweep", *args, *TINY, "--out", str(out)])
+
+
+def test_resume_after_sigkill(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    grid = ["--task", "copy", "--attn", "softmax", "--seeds", "0-3"]
+    cmd = [sys.executable, "-m", "lengthgen.cli", "sweep", *grid, *TINY, "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 120
+    try:
+        while not list((out / "data").glob("*.parquet")):
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "no data file within 120 s"
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    expected = _keys("copy", "softmax", "0-3")
+    first = {p.stem for p in (out / "data").glob("*.parquet")}
+    assert first and first < expected  # killed mid-sweep: some runs recorded, not all
+    # A kill in the middle of a write leaves a dot-prefixed temp file: readers must ignore it.
+    (out / "data" / ".copy-softmax-nape-s9-deadbeef.parquet.x1.tmp").write_bytes(b"PAR1 half a file")
+
+    result = _sweep(out, *grid)
+    assert result.exit_code == 0, result.output
+    assert f"{len(expected) - len(first)} ok, 0 failed this time" in result.output
+    files = sorted((out / "data").glob("*.parquet"))
+    assert {p.stem for p in files} == expected
+    rows = load_rows(out)
+    assert sorted(rows["run_id"].unique()) == sorted(expected)
+    assert rows.groupby("run_id")["factor"].apply(sorted).to_dict() == {k: [1, 2] for k in expected}
+    assert not rows.duplicated(["run_id", "factor"]).any() and (rows["status"] == "ok").all()
+
+    again = _sweep(out, *grid)  # everything recorded: nothing runs
+    assert again.exit_code == 0 and "0 ok, 0 failed this time; 4 already recorded" in again.output
+
+
+def test_failures_recorded_skipped_and_retried(tmp_path: Path) -> None:
+    plugin = tmp_path / "nanattn.py"
+    plugin.write_text(NAN_PLUGIN)
+    spec = f"{plugin}:NaNAttention"
+    out = tmp_path / "sweep"
+    grid = ["--task", "copy", "--attn", f"{spec},softmax", "--seeds", "0"]
+    result = _sweep(out, *grid)
+    assert result.exit_code == 0, result.output
+    assert "1 ok, 1 failed this time" in result.output
+    bad_key, good_key = sorted(_keys("copy", f"{spec},softmax", "0"), key=lambda k: "softmax" in k)
+    assert run_state(data_path(out, bad_key)) == "failed"
+    assert run_state(data_path(out, good_key)) == "ok"
+    bad = pd.read_parquet(data_path(out, bad_key))
+    assert list(bad["status"]) == ["failed"] and "TrainingDiverged" in bad["error"].iloc[0]
+    assert (out / "runs" / bad_key / "error.txt").is_file()
+
+    before = data_path(out, bad_key).stat().st_mtime_ns
+    skipped = _sweep(out, *grid)
+    assert "0 ok, 0 failed this time; 2 already recorded (1 failed" in skipped.output
+    assert data_path(out, bad_key).stat().st_mtime_ns == before
+
+    retried = _sweep(out, *grid, "--retry-failed")
+    assert retried.exit_code == 0 and "0 ok, 1 failed this time; 1 already recorded" in retried.output
+    assert data_path(out, bad_key).stat().st_mtime_ns != before
+    assert len(list((out / "data").glob("*.parquet"))) == 2
+
+    # The leaderboard's README gives the command that rebuilds this grid: it finds every run recorded.
+    board = runner.invoke(app, ["leaderboard", str(out), "--out", str(tmp_path / "board")])
+    assert board.exit_code == 0, board.output
+    readme = (tmp_path / "board" / "README.md").read_text()
+    assert "| **softmax** | nape | 1 |" in readme and " | — | 1 |" in readme  # the failed run shows
+    command = next(line for line in readme.splitlines() if line.startswith("lengthgen sweep "))
+    rebuilt = runner.invoke(app, shlex.split(command)[1:] + ["--quiet"])
+    assert "0 ok, 0 failed this time; 2 already recorded (1 failed" in rebuilt.output, rebuilt.output
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--task", "copy,nosuchtask", "--attn", "softmax"], "valid tasks: copy"),
+        (["--task", "copy", "--attn", "softmax,nosuchattn"], "valid attention backends:"),
+        (["--task", "copy", "--attn", "softmax", "--pos", "nape,xyz"], "valid position schemes: nape"),
+        (["--task", "copy", "--attn", "softmax", "--preset", "huge"], "valid presets: quick, paper"),
+        (["--task", "copy", "--attn", "softmax", "--seeds", "0,a"], "bad seed 'a'"),
+        (["--task", "copy", "--attn", "softmax", "--max-factor", "3"], "power of two"),
+        (["--task", "copy", "--attn", "softmax", "--launcher", "local", "--ray-address", "x:1"], "needs"),
+    ],
+)
+def test_bad_input_exits_2_before_running(tmp_path: Path, args: list[str], expected: str) -> None:
+    result = runner.invoke(app, ["sweep", *args, "--out", str(tmp_path / "s")])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_seed_lists_and_unreadable_data_files(tmp_path: Path) -> None:
+    assert parse_seeds("0,2,5-7") == (0, 2, 5, 6, 7)
+    spec = SweepSpec(tasks=("copy",), attns=("softmax",), seeds=(0, 1), steps=2)
+    configs = spec.configs()
+    garbage = data_path(tmp_path, run_key(configs[0]))
+    garbage.parent.mkdir(parents=True)
+    garbage.write_bytes(b"not parquet")  # e.g. copied in by hand: redone, not trusted
+    todo = plan(configs, tmp_path)
+    assert [run_key(c) for c in todo.todo] == [run_key(c) for c in configs] and not todo.done_ok
+
+
+def test_ray_launcher_on_local_instance(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'lengthgen[ray]'")
+    out = tmp_path / "sweep"
+    grid = ["--task", "copy", "--attn", "softmax", "--seeds", "0,1"]
+    result = _sweep(out, *grid, "--launcher", "ray", "--jobs", "2")
+    assert result.exit_code == 0, result.output
+    assert "2 ok, 0 failed this time" in result.output
+    expected = _keys("copy", "softmax", "0,1")
+    assert {p.stem for p in (out / "data").glob("*.parquet")} == expected
+    assert all((out / "runs" / key / "model.pt").is_file() for key in expected)
+    rows = load_rows(out)
+    assert len(rows) == 4 and (rows["status"] == "ok").all()
+    # The same dataset as the local launcher: a local rerun finds everything recorded.
+    local = _sweep(out, *grid)
+    assert "0 ok, 0 failed this time; 2 already recorded" in local.output
