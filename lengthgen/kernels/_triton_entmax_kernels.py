@@ -31,12 +31,20 @@ def _scores(q, k, offs_m, offs_n, N, sc, bias_coef,
 
 
 @triton.jit
-def _powers(z, tau, km1):
-    """(a, xs, pos) with a = x^(k−1) on the support (0 elsewhere), xs = x there (1 elsewhere)."""
+def _powers(z, tau, km1, POW_MODE: tl.constexpr):
+    """(a, xs, pos) with a = x^(k−1) on the support (0 elsewhere), xs = x there (1 elsewhere).
+
+    POW_MODE 1 (α = 1.5, a = x) and 2 (α = 2, a = 1) skip the log2/exp2 pair of the general case.
+    """
     x = z - tau[:, None]
     pos = x > 0.0
     xs = tl.where(pos, x, 1.0)
-    a = tl.where(pos, tl.exp2(km1 * tl.log2(xs)), 0.0)
+    if POW_MODE == 1:
+        a = tl.where(pos, x, 0.0)
+    elif POW_MODE == 2:
+        a = pos.to(tl.float32)
+    else:
+        a = tl.where(pos, tl.exp2(km1 * tl.log2(xs)), 0.0)
     return a, xs, pos
 
 
@@ -51,7 +59,7 @@ def _entmax_fwd(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, STORE_VU: tl.constexpr,
-    USE_MASK: tl.constexpr, MAX_ITER: tl.constexpr, PREC: tl.constexpr,
+    USE_MASK: tl.constexpr, MAX_ITER: tl.constexpr, PREC: tl.constexpr, POW_MODE: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -110,6 +118,7 @@ def _entmax_fwd(
     while busy != 0:
         s_sum = tl.zeros([BLOCK_M], tl.float32)
         w_sum = tl.zeros([BLOCK_M], tl.float32)
+        v_sum = tl.zeros([BLOCK_M], tl.float32)
         for start_n in range(0, n_end, BLOCK_N):
             live = 1
             if USE_MASK:
@@ -120,9 +129,13 @@ def _entmax_fwd(
                 kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd,
                              mask=(offs_n[:, None] < N) & d_ok[None, :], other=0.0)
                 z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
-                a, xs, pos = _powers(z, tau, km1)
+                a, xs, pos = _powers(z, tau, km1, POW_MODE)
                 s_sum += tl.sum(a * xs, 1)
                 w_sum += tl.sum(a, 1)
+                if POW_MODE == 0:
+                    v_sum += tl.sum(a / xs, 1)
+                elif POW_MODE == 1:
+                    v_sum += tl.sum(pos.to(tl.float32), 1)
                 if USE_MASK:
                     # lo ≤ τ* always, so a tile with no z' above lo stays outside the support.
                     above = tl.where(row_ok[:, None], z - lo[:, None], float("-inf"))
@@ -131,12 +144,22 @@ def _entmax_fwd(
         ge = s_sum >= 1.0
         lo = tl.where(ge, tau, lo)
         hi = tl.where(ge, hi, tau)
-        # Newton step for h(τ) = S^(1/k) − 1: τ + (S − S^(1 − 1/k)) / Σ x^(k−1), and 1 − 1/k = 2 − α.
-        s_pow = tl.where(s_sum > 0.0, tl.exp2((1.0 - am1) * tl.log2(tl.maximum(s_sum, 1e-30))), 0.0)
+        # h(τ) = S^(1/k) − 1 with S = Σx^k, W = Σx^(k−1), V = Σx^(k−2) and 1/k = α − 1:
+        #   h' = −S^(α−2)·W,  h'' = (k − 1)·S^(α−2)·(V − W²/S).
+        # Halley: τ + 2hW / (2S^(α−2)W² − (k−1)h(V − W²/S)); Newton: τ + h/(S^(α−2)W). Take Halley if
+        # it lands inside the bracket, else Newton, else bisect.
+        ls = tl.log2(tl.maximum(s_sum, 1e-30))
+        h_val = tl.exp2(am1 * ls) - 1.0
+        s_am2 = tl.exp2((am1 - 1.0) * ls)
         w_safe = tl.where(w_sum > 0.0, w_sum, 1.0)
-        t_new = tau + (s_sum - s_pow) / w_safe
-        bad = (w_sum <= 0.0) | (t_new <= lo) | (t_new >= hi)
-        t_new = tl.where(bad, 0.5 * (lo + hi), t_new)
+        s_safe = tl.where(s_sum > 0.0, s_sum, 1.0)
+        t_newton = tau + h_val / (s_am2 * w_safe)
+        den = 2.0 * s_am2 * w_safe * w_safe - km1 * h_val * (v_sum - w_safe * w_safe / s_safe)
+        t_halley = tau + 2.0 * h_val * w_safe / den
+        ok_h = (t_halley > lo) & (t_halley < hi)
+        ok_n = (t_newton > lo) & (t_newton < hi)
+        t_new = tl.where(ok_h, t_halley, tl.where(ok_n, t_newton, 0.5 * (lo + hi)))
+        t_new = tl.where(w_sum > 0.0, t_new, 0.5 * (lo + hi))
         stalled = tl.abs(t_new - tau) <= 2.4e-7 * tl.maximum(tl.abs(tau), 1.0)
         done = (tl.abs(s_sum - 1.0) <= tol_a) | stalled | (~row_ok)
         n_iter += 1
@@ -161,7 +184,7 @@ def _entmax_fwd(
             kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
             vt = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
             z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
-            a, xs, pos = _powers(z, tau, km1)
+            a, xs, pos = _powers(z, tau, km1, POW_MODE)
             pt = a * xs
             s_sum += tl.sum(pt, 1)
             acc += tl.dot(pt.to(vt.dtype), vt, input_precision=PREC)
@@ -196,6 +219,7 @@ def _entmax_bwd_dq(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, USE_MASK: tl.constexpr, PREC: tl.constexpr,
+    POW_MODE: tl.constexpr,
 ):
     """dq_i = scale · Σ_j dz_ij k_j with dz_ij = u_ij (dO_i·v_j − c_i), one program per query block."""
     pid_m = tl.program_id(0)
@@ -246,7 +270,7 @@ def _entmax_bwd_dq(
             kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
             vt = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
             z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
-            a, xs, pos = _powers(z, tau, km1)
+            a, xs, pos = _powers(z, tau, km1, POW_MODE)
             g = tl.dot(do, tl.trans(vt), input_precision=PREC)
             dz = a * u_coef[:, None] * (g - delta[:, None])
             dq += tl.dot(dz.to(kt.dtype), kt, input_precision=PREC)
@@ -268,6 +292,7 @@ def _entmax_bwd_dkdv(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, USE_MASK: tl.constexpr, PREC: tl.constexpr,
+    POW_MODE: tl.constexpr,
 ):
     """dv_j = Σ_i p_ij dO_i and dk_j = scale · Σ_i dz_ij q_i, one program per key block."""
     pid_n = tl.program_id(0)
@@ -319,7 +344,7 @@ def _entmax_bwd_dkdv(
             logs = tl.load(LOGS + bh * N + offs_m, mask=row_ok, other=0.0)
             delta = tl.load(DELTA + bh * N + offs_m, mask=row_ok, other=0.0)
             z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
-            a, xs, pos = _powers(z, tau, km1)
+            a, xs, pos = _powers(z, tau, km1, POW_MODE)
             p = a * xs * tl.exp2(-logs)[:, None]
             dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
             g = tl.dot(do, tl.trans(vt), input_precision=PREC)

@@ -110,7 +110,7 @@ class _EntmaxAttention(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
-        scale: float, causal: bool,
+        scale: float, causal: bool, pow_mode: int,
     ) -> Tensor:
         kern = _load_kernels()
         B, H, N, D = q.shape
@@ -135,17 +135,17 @@ class _EntmaxAttention(torch.autograd.Function):
             H, N, nb_m, nb_n, scale, _TOL,
             HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn,
             CAUSAL=causal, HAS_ALIBI=slopes is not None, STORE_VU=store_vu,
-            USE_MASK=use_mask, MAX_ITER=_MAX_ITER, PREC=prec,
+            USE_MASK=use_mask, MAX_ITER=_MAX_ITER, PREC=prec, POW_MODE=pow_mode,
         )
         ctx.save_for_backward(q, k, v, alpha, slopes_arg, tau, logs, vu if store_vu else None, tile_map)
-        ctx.meta = (scale, causal, slopes is not None, use_mask, block_d, bm, bn, nb_m, nb_n, prec)
+        ctx.meta = (scale, causal, slopes is not None, use_mask, block_d, bm, bn, nb_m, nb_n, prec, pow_mode)
         return o
 
     @staticmethod
     def backward(ctx: Any, do: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         kern = _load_kernels()
         q, k, v, alpha, slopes_arg, tau, logs, vu, tile_map = ctx.saved_tensors
-        scale, causal, has_alibi, use_mask, block_d, bm, bn, nb_m, nb_n, prec = ctx.meta
+        scale, causal, has_alibi, use_mask, block_d, bm, bn, nb_m, nb_n, prec, pow_mode = ctx.meta
         B, H, N, D = q.shape
         dev = q.device
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
@@ -157,7 +157,7 @@ class _EntmaxAttention(torch.autograd.Function):
         else:
             delta = torch.zeros((B, H, N), dtype=torch.float32, device=dev)
         common = dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn,
-                      CAUSAL=causal, HAS_ALIBI=has_alibi, USE_MASK=use_mask, PREC=prec)
+                      CAUSAL=causal, HAS_ALIBI=has_alibi, USE_MASK=use_mask, PREC=prec, POW_MODE=pow_mode)
         dq = dk = dv = None
         if need_q:
             dq = _alloc((B, H, N, D), q.dtype, dev)
@@ -174,7 +174,7 @@ class _EntmaxAttention(torch.autograd.Function):
                 *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
                 H, N, nb_m, nb_n, scale, **common,
             )
-        return dq, (dk if need_k else None), (dv if need_v else None), None, None, None, None
+        return dq, (dk if need_k else None), (dv if need_v else None), None, None, None, None, None
 
 
 def triton_next_pow2(n: int) -> int:
@@ -231,4 +231,14 @@ def triton_entmax_attention(
     if N == 0:
         return q.new_empty(q.shape)
     fn: Callable[..., Tensor] = _EntmaxAttention.apply  # type: ignore[assignment]
-    return fn(q, k, v, alpha_t, slopes_t, scale_f, bool(causal))
+    return fn(q, k, v, alpha_t, slopes_t, scale_f, bool(causal), _pow_mode(alpha))
+
+
+def _pow_mode(alpha: float | Tensor) -> int:
+    """Specialize the per-element power for a Python α of exactly 1.5 (x^(k−1) = x) or 2 (= 1).
+
+    Any other α, and every tensor α, shares one compiled kernel that reads α at run time.
+    """
+    if isinstance(alpha, Tensor):
+        return 0
+    return {1.5: 1, 2.0: 2}.get(float(alpha), 0)
