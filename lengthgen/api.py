@@ -21,7 +21,8 @@ scores, e.g. a learned length-aware scale; use ``spec.scaled_mask()`` / ``self.s
 leave NAPE's ALiBi heads alone and ``log_visible`` for log n), ``__init__(spec, options)`` for
 parameters (call ``super().__init__`` first; ``spec`` is the ``LayerSpec``), and ``attend`` to
 replace the execution path altogether (a fused kernel: it must then equal
-``normalize(scores) @ v``, which ``lengthgen.testing.check_backend`` verifies).
+``normalize(score_block(...)) @ v`` and feed ``row_diagnostics`` into ``stats``, which
+``lengthgen.testing.check_backend`` verifies).
 
 What a backend gets for free: causal masking; the position schemes (NAPE, ALiBi, RoPE, NoPE);
 a materialized path for training and an exact chunked path that evaluates at 1024× the
@@ -67,6 +68,8 @@ from lengthgen.attention.backend import (
     BackendOptions,
     LayerSpec,
     log_visible,
+    row_diagnostics,
+    score_block,
 )
 from lengthgen.registry import PluginLoadError, PluginWarning, RegistryError, UnknownNameError
 from lengthgen.tasks import TASKS, get_task, register_task
@@ -96,5 +99,7 @@ __all__ = [
     "log_visible",
     "register_attention",
     "register_task",
+    "row_diagnostics",
+    "score_block",
     "seq2seq_view",
 ]
