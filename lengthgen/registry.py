@@ -128,7 +128,10 @@ class Registry(Generic[T]):
             self._load_entry_point(ep)
 
     def _load_entry_point(self, ep: metadata.EntryPoint) -> None:
-        where = f"entry point {ep.name!r} ({ep.value})"
+        dist = getattr(ep, "dist", None)
+        dist_name = getattr(dist, "name", None) if dist is not None else None
+        # name the distribution: with two plugins under one name, users must know what to uninstall
+        where = f"entry point {ep.name!r} ({ep.value}" + (f", from {dist_name})" if dist_name else ")")
         try:
             obj = ep.load()
             if self._validate is not None:

@@ -196,7 +196,7 @@ def test_two_plugins_with_one_name(installed_plugins: Path) -> None:
     # the first distribution on sys.path wins; the other is reported, naming the winner
     assert ATTENTION.get("lg_good").__name__ == "Good"
     assert "DuplicateNameError" in ATTENTION.broken["lg_good"]
-    assert f"{PLUGIN_MODULE}:Good" in ATTENTION.broken["lg_good"]
+    assert f"{PLUGIN_MODULE}:Good, from lg-t7-plugins" in ATTENTION.broken["lg_good"]
 
 
 def test_runs_unaffected_by_broken_plugins(installed_plugins: Path, tmp_path: Path) -> None:
