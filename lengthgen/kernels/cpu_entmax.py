@@ -1,0 +1,414 @@
+"""Fast exact α-entmax attention on CPU: BLAS score blocks + a numba row kernel (issue 4).
+
+Why this split. The one expensive thing is QKᵀ (2·D flops per visible pair); everything else is
+linear in the number of candidate keys. The best QKᵀ a CPU can do is a BLAS sgemm, which torch
+already ships (MKL/oneDNN, ~4× what numba's auto-vectorized loops reached on the development
+machine), so query blocks of scores are produced by ``torch.bmm`` into one reused buffer that holds
+``block_entries`` floats (no Nq×Nk allocation; the block stays in L2/L3). The numba kernel then
+walks the block in parallel over (batch·head, row group) and, per row:
+
+1. finds the row maximum m of x = (α−1)·z (scale, α−1 and the ALiBi slope are folded in);
+2. collects the candidates x_j > m − 1 into a small per-task buffer (τ ≥ m − 1, so nothing else can
+   be in the support); a row whose candidates overflow ``cap`` switches to a buffer as long as the
+   row — same algorithm, still exact, only slower (dense rows such as flat scores);
+3. solves τ: Newton from τ = m − 1, where f(τ) = Σ[x − τ]_+^(1/(α−1)) − 1 is convex and decreasing,
+   so the iterates increase monotonically towards the root, and entries at or below the current τ
+   are dropped for good; for α = 1.5 and α = 2 the final τ is the closed form on the found support;
+4. accumulates o = Σ p_j v_j over the support only (sparse PV), plus entropy/support if asked.
+
+All of τ's arithmetic is fp64 on the few candidates; scores and outputs are fp32.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lengthgen.kernels.common import AttnProblem, visible_counts
+
+__all__ = ["fused_available", "fused_entmax_attention"]
+
+try:  # numba is a dependency, but keep the package importable (and the chunked path usable) without it
+    import numba
+    from numba import njit, prange
+
+    _NUMBA_ERROR: BaseException | None = None
+except Exception as exc:  # pragma: no cover - exercised only where numba is missing
+    numba = None
+    _NUMBA_ERROR = exc
+
+# No "ninf": the kernel starts reductions at −inf. "nnan" is safe because every score is finite (the
+# wrapper rejects non-finite inputs) and lets LLVM vectorize the max reductions.
+_FASTMATH = {"nsz", "arcp", "contract", "reassoc", "nnan"}
+_MAX_NEWTON = 200
+_STEP_TOL = 1e-14
+#: Scores are scanned in chunks of this many keys; a chunk whose maximum is below the current lower
+#: bound of τ is skipped without looking at its keys.
+_CHUNK = 16
+
+MODE_GENERAL, MODE_15, MODE_2 = 0, 1, 2
+#: Upper bound on query rows per score block (keeps enough blocks for the threads at small N).
+_MAX_BLOCK_ROWS = 512
+
+
+if numba is not None:
+
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
+    def _powm1(d: float, em1: float, em1_int: int) -> float:
+        # d^(e−1) for d > 0; integer exponents (α = 2, 1.5, 4/3, 1.25, …) by multiplication.
+        if em1_int == 0:
+            return 1.0
+        if em1_int > 0:
+            r = d
+            for _ in range(em1_int - 1):
+                r *= d
+            return r
+        return d**em1
+
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    def _newton(cv, ci, k, m, tau, e, em1, em1_int, mode):  # noqa: ANN001, ANN202
+        """τ (relative to m) on the values cv[:k] (float32, each > m − 1), from a lower bound ``tau``.
+
+        f(τ) = Σ[cv − m − τ]_+^e − 1 is convex and decreasing, so Newton from the left increases
+        monotonically to the root. Entries at or below the current τ can never return, so the buffer
+        is compacted whenever half of it has dropped out; on return cv[:k] is exactly the support.
+        For α = 1.5 and α = 2 the final τ is the closed form on that support.
+        """
+        for _ in range(_MAX_NEWTON):
+            c = m + tau
+            f = -1.0
+            fp = 0.0
+            act = 0
+            if mode == MODE_15:
+                for a in range(k):
+                    d = max(np.float64(cv[a]) - c, 0.0)
+                    f += d * d
+                    fp += d
+                    act += d > 0.0
+            elif mode == MODE_2:
+                for a in range(k):
+                    d = max(np.float64(cv[a]) - c, 0.0)
+                    f += d
+                    act += d > 0.0
+                fp = np.float64(act)
+            else:
+                for a in range(k):
+                    d = np.float64(cv[a]) - c
+                    if d > 0.0:
+                        pw = _powm1(d, em1, em1_int)
+                        f += pw * d
+                        fp += pw
+                        act += 1
+            if 2 * act < k:
+                kk = 0
+                for a in range(k):
+                    if np.float64(cv[a]) - c > 0.0:
+                        cv[kk] = cv[a]
+                        ci[kk] = ci[a]
+                        kk += 1
+                k = kk
+            if f <= 0.0 or fp <= 0.0:
+                break
+            step = f / (e * fp)
+            tau += step
+            if step <= _STEP_TOL:
+                break
+        c = m + tau
+        kk = 0
+        for a in range(k):
+            if np.float64(cv[a]) - c > 0.0:
+                cv[kk] = cv[a]
+                ci[kk] = ci[a]
+                kk += 1
+        k = kk
+        if mode != MODE_GENERAL and k > 0:
+            s1 = 0.0
+            s2 = 0.0
+            lo = np.inf
+            for a in range(k):
+                x = np.float64(cv[a]) - m
+                s1 += x
+                s2 += x * x
+                lo = min(lo, x)
+            if mode == MODE_15:
+                mean = s1 / k
+                delta = (1.0 - (s2 - s1 * mean)) / k
+                t = mean - np.sqrt(max(delta, 0.0))
+            else:
+                t = (s1 - 1.0) / k
+            if t < lo:  # consistent with the support found (guards ties at its edge)
+                tau = t
+        return k, tau
+
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    def _chunk_max(s, n, sl, p_r, cm):  # noqa: ANN001, ANN202
+        """Add the ALiBi bias in place (sl ≠ 0), fill chunk maxima cm; return (row max, #chunks)."""
+        if sl != 0.0:
+            for j in range(n):
+                s[j] += sl * np.float32(j - p_r)
+        nc = n // _CHUNK
+        ms = np.float32(-np.inf)
+        for c in range(nc):
+            mc = np.float32(-np.inf)
+            for t in range(_CHUNK):
+                mc = max(mc, s[c * _CHUNK + t])
+            cm[c] = mc
+            ms = max(ms, mc)
+        if nc * _CHUNK < n:
+            mc = np.float32(-np.inf)
+            for j in range(nc * _CHUNK, n):
+                mc = max(mc, s[j])
+            cm[nc] = mc
+            ms = max(ms, mc)
+            nc += 1
+        return ms, nc
+
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    def _collect(s, n, chunks, n_chunks, thr, cv, ci, lim):  # noqa: ANN001, ANN202
+        """Keys x > thr of the listed chunks into cv/ci (branch-free); −1 if more than ``lim``."""
+        k = 0
+        for a in range(n_chunks):
+            j0 = chunks[a] * _CHUNK
+            j1 = min(n, j0 + _CHUNK)
+            for j in range(j0, j1):
+                x = s[j]
+                cv[k] = x
+                ci[k] = j
+                k += x > thr
+            if k > lim:
+                return -1
+        return k
+
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    def _task(S, V, out, ent, sup, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, group, stats, task):  # noqa: ANN001, ANN202, E501
+        """Rows g·group … of one batch·head; returns how many overflowed the small buffer."""
+        BH, R, L = S.shape
+        D = V.shape[2]
+        ngroups = (R + group - 1) // group
+        bh = task // ngroups
+        g = task % ngroups
+        h = bh % H
+        sl = np.float32(slope[h])
+        e = expo[h]
+        em1 = e - 1.0
+        ei = em1_int[h]
+        md = mode[h]
+        n_chunk_max = L // _CHUNK + 1
+        cv = np.empty(cap + _CHUNK, np.float32)
+        ci = np.empty(cap + _CHUNK, np.int64)
+        cm = np.empty(n_chunk_max, np.float32)
+        cmv = np.empty(n_chunk_max, np.float32)
+        cmi = np.empty(n_chunk_max, np.int64)
+        big_v = np.empty(0, np.float32)
+        big_i = np.empty(0, np.int64)
+        acc = np.empty(D, np.float64)
+        n_over = 0
+        for r in range(g * group, min(R, g * group + group)):
+            s = S[bh, r]
+            n = nvis[r]
+            ms, nc = _chunk_max(s, n, sl, pos[r], cm)
+            m = np.float64(ms)
+            # Lower bound of τ from the chunk maxima (a subset of the keys: its τ is ≤ the row's).
+            thr = np.float32(m - 1.0)
+            kc = 0
+            for c in range(nc):
+                x = cm[c]
+                cmv[kc] = x
+                cmi[kc] = c
+                kc += x > thr
+            kc, tau0 = _newton(cmv, cmi, kc, m, -1.0, e, em1, ei, md)
+            thr = np.float32(m + tau0)
+            if np.float64(thr) > m + tau0:  # round the threshold down, never up
+                thr = np.nextafter(thr, np.float32(-np.inf))
+            # Candidates: keys above the bound, only in the chunks whose maximum is above it.
+            k = _collect(s, n, cmi, kc, thr, cv, ci, cap)
+            if k >= 0:
+                k, tau = _newton(cv, ci, k, m, tau0, e, em1, ei, md)
+                wv = cv
+                wi = ci
+            else:
+                n_over += 1
+                if big_v.shape[0] < L + _CHUNK:
+                    big_v = np.empty(L + _CHUNK, np.float32)
+                    big_i = np.empty(L + _CHUNK, np.int64)
+                k = _collect(s, n, cmi, kc, thr, big_v, big_i, L + _CHUNK)
+                k, tau = _newton(big_v, big_i, k, m, tau0, e, em1, ei, md)
+                wv = big_v
+                wi = big_i
+            # p_j = (x_j − τ)^e on the support, normalized by its exact sum; o = Σ p_j v_j.
+            for dd in range(D):
+                acc[dd] = 0.0
+            c = m + tau
+            tot = 0.0
+            hs = 0.0
+            for a in range(k):
+                d = np.float64(wv[a]) - c
+                pj = _powm1(d, em1, ei) * d
+                tot += pj
+                if stats and pj > 0.0:
+                    hs -= pj * np.log(pj)
+                vrow = V[bh, wi[a]]
+                for dd in range(D):
+                    acc[dd] += pj * vrow[dd]
+            inv = 1.0 / tot if tot > 0.0 else 0.0
+            orow = out[bh, row0 + r]
+            for dd in range(D):
+                orow[dd] = acc[dd] * inv
+            if stats:
+                # Σ p̂ log p̂ with p̂ = p/tot: −Σ p̂ log p̂ = (−Σ p log p)/tot + log tot.
+                h_row = hs * inv + np.log(tot) if tot > 0.0 else 0.0
+                ent[bh, row0 + r] = h_row / np.log(n) if n > 1 else 0.0
+                sup[bh, row0 + r] = k
+        return n_over
+
+    @njit(parallel=True, cache=True, fastmath=_FASTMATH, nogil=True)
+    def rows_kernel(S, V, out, ent, sup, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, group, stats):  # noqa: ANN001, ANN202, E501
+        """One block of scores S (BH, R, L) into out/ent/sup rows row0 …; returns #overflow rows.
+
+        Parallel over (batch·head, group of rows); each task owns its buffers.
+        """
+        BH, R, L = S.shape
+        ngroups = (R + group - 1) // group
+        n_over = 0
+        for task in prange(BH * ngroups):
+            n_over += _task(
+                S, V, out, ent, sup, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, group, stats, task
+            )
+        return n_over
+
+
+_kernel: Any = None
+_kernel_error: BaseException | None = _NUMBA_ERROR
+#: numba's workqueue pool must not be entered from two Python threads at once.
+_kernel_lock = threading.Lock()
+
+
+def _smoke(kernel: Any) -> None:
+    """Compile (or load from numba's cache) and run the kernel once on a 1×1×2 problem."""
+    S = np.array([[[0.5, -0.25]]], np.float32)
+    V = np.ones((1, 2, 1), np.float32)
+    out = np.zeros((1, 1, 1), np.float32)
+    st = np.zeros((1, 1), np.float32)
+    one = np.ones(1, np.float64)
+    ints = np.array([1], np.int64)
+    kernel(S, V, out, st, st.copy(), 0, ints, ints + 1, 1, one * 0, one * 2, ints, ints, 4, 1, True)
+    if not abs(float(out[0, 0, 0]) - 1.0) < 1e-6:
+        raise RuntimeError(f"fused kernel smoke test gave {out[0, 0, 0]}")
+
+
+def _prefer_workqueue() -> None:
+    """Use numba's workqueue thread pool unless the user chose a threading layer.
+
+    torch runs QKᵀ on its own OpenMP pool; a second OpenMP pool (numba's default "omp" layer) makes
+    the two spin against each other between every score block, which cost 3-20× on a busy 2-core
+    machine. The workqueue pool sleeps when idle. It only takes effect before numba's first parallel
+    launch in the process.
+    """
+    if numba is not None and "NUMBA_THREADING_LAYER" not in os.environ:
+        numba.config.THREADING_LAYER = "workqueue"
+
+
+def _get_kernel() -> Any:
+    global _kernel, _kernel_error
+    if _kernel is None and _kernel_error is None:
+        _prefer_workqueue()
+        try:
+            _smoke(rows_kernel)
+            _kernel = rows_kernel
+        except Exception as exc:  # pragma: no cover - numba present but broken
+            _kernel_error = exc
+    return _kernel
+
+
+def fused_available() -> bool:
+    """True when numba imports and the kernel compiles."""
+    return _get_kernel() is not None
+
+
+def fused_unavailable_reason() -> str:
+    """Why the fused path is unavailable ('' when it is available)."""
+    return "" if fused_available() else f"{type(_kernel_error).__name__}: {_kernel_error}"
+
+
+def _head_params(prob: AttnProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    a = prob.alpha.numpy()
+    expo = 1.0 / (a - 1.0)
+    mode = np.where(a == 1.5, MODE_15, np.where(a == 2.0, MODE_2, MODE_GENERAL)).astype(np.int64)
+    em1 = expo - 1.0
+    em1_int = np.where(np.abs(em1 - np.round(em1)) < 1e-12, np.round(em1), -1).astype(np.int64)
+    em1_int = np.where(em1_int > 16, -1, em1_int).astype(np.int64)
+    return expo.astype(np.float64), mode, em1_int
+
+
+@torch.no_grad()
+def fused_entmax_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    prob: AttnProblem,
+    return_stats: bool,
+    *,
+    cap: int = 2048,
+    block_entries: int = 1 << 22,
+    group: int = 4,
+) -> tuple[Tensor, Tensor | None, Tensor | None, int]:
+    """Exact α-entmax attention on CPU; returns (out, entropy, support, overflow_rows).
+
+    ``overflow_rows`` counts (batch·head, row) pairs whose candidates exceeded ``cap`` (test hook).
+    """
+    kernel = _get_kernel()
+    if kernel is None:
+        raise RuntimeError(f"the fused CPU path needs numba: {fused_unavailable_reason()}")
+    if q.device.type != "cpu":
+        raise ValueError(f"the fused path runs on CPU tensors, got {q.device}")
+    if not all(bool(torch.isfinite(t).all()) for t in (q, k, v)):
+        # The kernel assumes finite scores (it is compiled with "nnan"); the torch path copes.
+        from lengthgen.kernels.torch_entmax import chunked_entmax_attention
+
+        return chunked_entmax_attention(q, k, v, prob, return_stats)
+    B, H, Nq, Nk, D = prob.B, prob.H, prob.Nq, prob.Nk, prob.D
+    BH = B * H
+    out = np.zeros((BH, Nq, D), np.float32)
+    ent = np.zeros((BH, Nq), np.float32)
+    sup = np.zeros((BH, Nq), np.float32)
+    n_over = 0
+    if Nq and Nk:
+        am1 = (prob.alpha - 1).to(torch.float32)
+        qs = (q.to(torch.float32) * (prob.scale * am1).view(1, H, 1, 1)).reshape(BH, Nq, D).contiguous()
+        kf = k.to(torch.float32).reshape(BH, Nk, D).contiguous()
+        vf = v.to(torch.float32).reshape(BH, Nk, D).contiguous().numpy()
+        slope = (prob.slopes * (prob.alpha - 1)).numpy().astype(np.float64)
+        expo, mode, em1_int = _head_params(prob)
+        pos = prob.q_positions.cpu().numpy().astype(np.int64)
+        nvis = visible_counts(prob).cpu().numpy().astype(np.int64)
+        buf = torch.empty(max(block_entries, BH * Nk), dtype=torch.float32)
+        r0 = 0
+        while r0 < Nq:
+            # As many rows as fit the buffer with this block's visible keys (causal: few early on).
+            k_est = min(Nk, int(pos[r0]) + 1) if prob.causal else Nk
+            rows = max(1, min(Nq - r0, _MAX_BLOCK_ROWS, buf.numel() // (BH * k_est)))
+            while True:
+                r1 = r0 + rows
+                kmax = min(Nk, int(pos[r0:r1].max()) + 1) if prob.causal else Nk
+                if BH * rows * kmax <= buf.numel() or rows == 1:
+                    break
+                rows = max(1, rows // 2)
+            S = buf[: BH * rows * kmax].view(BH, rows, kmax)
+            torch.bmm(qs[:, r0:r1], kf[:, :kmax].transpose(1, 2), out=S)
+            with _kernel_lock:
+                n_over += int(
+                    kernel(
+                        S.numpy(), vf, out, ent, sup, r0, pos[r0:r1], nvis[r0:r1], H, slope, expo, mode,
+                        em1_int, int(cap), int(group), bool(return_stats),
+                    )
+                )
+            r0 = r1
+    o = torch.from_numpy(out).view(B, H, Nq, D).to(v.dtype)
+    if not return_stats:
+        return o, None, None, n_over
+    return o, torch.from_numpy(ent).view(B, H, Nq), torch.from_numpy(sup).view(B, H, Nq), n_over
