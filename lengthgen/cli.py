@@ -297,6 +297,7 @@ def sweep_command(
     jobs: int | None = typer.Option(None, "--jobs", help="Runs at once (local: processes; ray: CPU share)."),
     device: Device = typer.Option(Device.auto, "--device"),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Redo runs recorded as failed."),
+    shard: str | None = typer.Option(None, "--shard", help="I/N: every N-th run from the I-th (0-based)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Run a grid of runs into a crash-safe results dataset; re-run the same command to resume."""
@@ -317,6 +318,8 @@ def sweep_command(
             if ray_address and launcher is not Launcher.ray:
                 raise ValueError("--ray-address needs --launcher ray")
             configs = sw.validate_spec(spec)
+            if shard is not None:
+                configs = sw.shard_of(configs, shard)
             if launcher is Launcher.ray:
                 try:
                     import ray  # noqa: F401
@@ -329,8 +332,9 @@ def sweep_command(
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     typer.echo(f"sweep: {len(configs)} runs ({len(spec.tasks)} tasks x {len(spec.attns)} backends x "
-               f"{len(spec.positions)} position schemes x {len(spec.seeds)} seeds), preset {preset}, "
-               f"launcher {launcher.value} -> {out}", err=True)
+               f"{len(spec.positions)} position schemes x {len(spec.seeds)} seeds"
+               f"{f', shard {shard}' if shard else ''}), preset {preset}, launcher {launcher.value} -> {out}",
+               err=True)
     report = sw.SweepReport(len(configs), 0, 0)
     try:
         sw.run_sweep(configs, out, launcher=launcher.value, device=device.value, jobs=jobs,

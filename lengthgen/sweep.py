@@ -258,6 +258,10 @@ def launch_local(todo: Sequence[RunConfig], out: str, device: str, jobs: int, on
                 _record_if_missing(config, out, frame)
                 outcome = outcome_of(run_key(config), frame, 0.0)
             on_done(outcome)
+    except BaseException:  # Ctrl-C: stop the runs in progress now, not after they finish
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
@@ -419,6 +423,19 @@ def parse_seeds(text: str) -> tuple[int, ...]:
             raise ValueError(f"bad seed {item!r} in --seeds {text!r}: expected integers like 0,1,2 or 0-4") \
                 from None
     return tuple(seeds)
+
+
+def shard_of(configs: Sequence[RunConfig], shard: str) -> list[RunConfig]:
+    """``I/N``: the runs I, I+N, I+2N, … of the grid, so N independent jobs (a Slurm array) split
+    one grid without coordination; together they write the same dataset as one sweep."""
+    index, slash, count = shard.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        i, n = -1, 0
+    if not slash or n < 1 or not 0 <= i < n:
+        raise ValueError(f"bad --shard {shard!r}: expected I/N with 0 <= I < N, e.g. 0/4")
+    return list(configs[i::n])
 
 
 SECTIONS = ("train", "eval", "arch")

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from lengthgen.cli import app
 from lengthgen.leaderboard import load_rows
-from lengthgen.sweep import SweepSpec, data_path, parse_seeds, plan, run_key, run_state
+from lengthgen.sweep import SweepSpec, data_path, parse_seeds, plan, run_key, run_state, shard_of
 
 runner = CliRunner()
 
@@ -145,10 +145,14 @@ def test_bad_input_exits_2_before_running(tmp_path: Path, args: list[str], expec
     assert not (tmp_path / "s").exists()
 
 
-def test_seed_lists_and_unreadable_data_files(tmp_path: Path) -> None:
+def test_seed_lists_shards_and_unreadable_data_files(tmp_path: Path) -> None:
     assert parse_seeds("0,2,5-7") == (0, 2, 5, 6, 7)
-    spec = SweepSpec(tasks=("copy",), attns=("softmax",), seeds=(0, 1), steps=2)
+    spec = SweepSpec(tasks=("copy", "sort"), attns=("softmax",), seeds=(0, 1, 2), steps=2)
     configs = spec.configs()
+    shards = [shard_of(configs, f"{i}/4") for i in range(4)]
+    assert sorted(run_key(c) for s in shards for c in s) == sorted(run_key(c) for c in configs)
+    with pytest.raises(ValueError, match="bad --shard"):
+        shard_of(configs, "4/4")
     garbage = data_path(tmp_path, run_key(configs[0]))
     garbage.parent.mkdir(parents=True)
     garbage.write_bytes(b"not parquet")  # e.g. copied in by hand: redone, not trusted
