@@ -660,6 +660,13 @@ def _html_section(task: str, factors: Sequence[int], rows: Sequence[TableRow], e
     return "\n".join(out)
 
 
+def _code(text: str) -> str:
+    """Markdown `code` spans → <code> (the environment lines are shared with the README)."""
+    import re
+
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+
+
 def _html(title: str, sections: Sequence[str], protocol: Sequence[str], env: Sequence[str],
           commands: Sequence[str]) -> str:
     e = html.escape
@@ -676,7 +683,7 @@ def _html(title: str, sections: Sequence[str], protocol: Sequence[str], env: Seq
         f"length: the largest factor whose mean stays ≥ {EFFECTIVE_THRESHOLD * 100:.0f}% at every factor up "
         f"to it. Grey italic rows: {PAPER_LABEL} numbers, not measured here. Click a column to sort.</p>",
         *sections, "<h2>Protocol and hardware</h2>", *proto,
-        "<ul>" + "".join(f"<li>{e(line[2:])}</li>" for line in env) + "</ul>",
+        "<ul>" + "".join(f"<li>{_code(e(line[2:]))}</li>" for line in env) + "</ul>",
         "<h2>Reproduce</h2>", "<pre>" + e("\n".join(commands)) + "</pre>",
         f"<script>{_HTML_SCRIPT}</script>", "</body></html>", "",
     ])
