@@ -19,8 +19,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
-from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -92,10 +91,10 @@ def _per_head(value: float | Tensor, heads: int, device: torch.device, name: str
 
 
 def _check_alpha(alpha: float | Tensor) -> None:
-    """α ∈ (1, 2]: above 2, u = p^(2−α) is unbounded near the support's edge. No check on GPU tensors
-    (that would synchronize the host)."""
+    """α ∈ (1, 2]: above 2, u = p^(2−α) is unbounded near the support's edge. Tensors are checked only
+    on CPU outside torch.compile (on GPU the check would synchronize the host)."""
     if isinstance(alpha, Tensor):
-        if alpha.device.type != "cpu":
+        if alpha.device.type != "cpu" or torch.compiler.is_compiling():
             return
         bad = bool(((alpha <= 1) | (alpha > 2) | ~torch.isfinite(alpha)).any())
     else:
@@ -104,77 +103,159 @@ def _check_alpha(alpha: float | Tensor) -> None:
         raise ValueError(f"alpha must lie in (1, 2] for the Triton entmax kernel, got {alpha}")
 
 
-class _EntmaxAttention(torch.autograd.Function):
-    """Autograd wrapper: forward saves τ, log2 Σp, the u-weighted mean of V and the tile map."""
+class _Geometry(NamedTuple):
+    block_d: int
+    block_m: int
+    block_n: int
+    nb_m: int
+    nb_n: int
+    use_mask: bool
+    prec: str
 
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
-        scale: float, causal: bool, pow_mode: int,
-    ) -> Tensor:
-        kern = _load_kernels()
-        B, H, N, D = q.shape
-        dev = q.device
-        block_d = max(16, triton_next_pow2(D))
-        bm, bn = _block_sizes(block_d, _interpreting())
-        nb_m, nb_n = -(-N // bm), -(-N // bn)
-        use_mask = B * H * nb_m * nb_n <= _MAX_MASK_TILES
-        store_vu = bool(ctx.needs_input_grad[0] or ctx.needs_input_grad[1])
-        prec = "ieee" if q.dtype == torch.float32 else "tf32"
 
-        o = _alloc((B, H, N, D), q.dtype, dev)
-        tau = _alloc((B, H, N), torch.float32, dev)
-        logs = _alloc((B, H, N), torch.float32, dev)
-        vu = _alloc((B, H, N, block_d), torch.float32, dev) if store_vu else tau
-        tile_map = _alloc((B * H, nb_m, nb_n), torch.uint8, dev) if use_mask else tau
-        slopes_arg = slopes if slopes is not None else alpha
+def _geometry(q: Tensor) -> _Geometry:
+    """Tiling shared by the forward and both backward kernels (the tile map ties them together)."""
+    B, H, N, D = q.shape
+    block_d = max(16, triton_next_pow2(D))
+    bm, bn = _block_sizes(block_d, _interpreting())
+    nb_m, nb_n = -(-N // bm), -(-N // bn)
+    use_mask = B * H * nb_m * nb_n <= _MAX_MASK_TILES
+    # fp32 inputs get exact fp32 dots (no TF32) so fp32 results match the fp64 reference to ~1e-6.
+    prec = "ieee" if q.dtype == torch.float32 else "tf32"
+    return _Geometry(block_d, bm, bn, nb_m, nb_n, use_mask, prec)
 
-        kern.entmax_fwd[(nb_m, B * H)](
-            q, k, v, o, alpha, slopes_arg, tau, logs, vu, tile_map,
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            H, N, nb_m, nb_n, scale, _TOL,
-            HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn,
-            CAUSAL=causal, HAS_ALIBI=slopes is not None, STORE_VU=store_vu,
-            USE_MASK=use_mask, MAX_ITER=_MAX_ITER, PREC=prec, POW_MODE=pow_mode,
+
+# The kernels are wrapped as torch.library custom ops so torch.compile treats them as opaque calls
+# (with shape-only fake implementations) instead of tracing into Triton launch code.
+_FWD_SCHEMA = (
+    "(Tensor q, Tensor k, Tensor v, Tensor alpha, Tensor? slopes, float scale, bool causal, "
+    "int pow_mode, bool store_vu) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"
+)
+_BWD_SCHEMA = (
+    "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor alpha, Tensor? slopes, Tensor tau, Tensor logs, "
+    "Tensor vu, Tensor tile_map, float scale, bool causal, int pow_mode, bool need_q, bool need_kv) "
+    "-> (Tensor, Tensor, Tensor)"
+)
+
+
+@torch.library.custom_op("lengthgen::triton_entmax_fwd", mutates_args=(), schema=_FWD_SCHEMA)
+def _entmax_fwd_op(
+    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
+    scale: float, causal: bool, pow_mode: int, store_vu: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(o, τ, log2 Σp̃, u-weighted mean of V or empty, tile map or empty)."""
+    kern = _load_kernels()
+    B, H, N, D = q.shape
+    dev = q.device
+    geo = _geometry(q)
+    o = _alloc((B, H, N, D), q.dtype, dev)
+    tau = _alloc((B, H, N), torch.float32, dev)
+    logs = _alloc((B, H, N), torch.float32, dev)
+    vu = _alloc((B, H, N, geo.block_d), torch.float32, dev) if store_vu else tau.new_empty(0)
+    # Zeroed (one byte per tile) only so tiles above the causal diagonal, never visited, are
+    # deterministic; every visited tile is written by the first Newton pass before any read.
+    map_shape = (B * H, geo.nb_m, geo.nb_n) if geo.use_mask else (0,)
+    tile_map = torch.zeros(map_shape, dtype=torch.uint8, device=dev)
+    kern.entmax_fwd[(geo.nb_m, B * H)](
+        q, k, v, o, alpha, slopes if slopes is not None else alpha, tau, logs,
+        vu if store_vu else tau, tile_map if geo.use_mask else tau,
+        *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        H, N, geo.nb_m, geo.nb_n, scale, _TOL,
+        HEAD_DIM=D, BLOCK_D=geo.block_d, BLOCK_M=geo.block_m, BLOCK_N=geo.block_n,
+        CAUSAL=causal, HAS_ALIBI=slopes is not None, STORE_VU=store_vu,
+        USE_MASK=geo.use_mask, MAX_ITER=_MAX_ITER, PREC=geo.prec, POW_MODE=pow_mode,
+    )
+    return o, tau, logs, vu, tile_map
+
+
+@_entmax_fwd_op.register_fake
+def _entmax_fwd_fake(
+    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
+    scale: float, causal: bool, pow_mode: int, store_vu: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    B, H, N, D = q.shape
+    geo = _geometry(q)
+    f32 = dict(dtype=torch.float32, device=q.device)
+    vu = q.new_empty((B, H, N, geo.block_d), **f32) if store_vu else q.new_empty(0, **f32)
+    map_shape = (B * H, geo.nb_m, geo.nb_n) if geo.use_mask else (0,)
+    return (q.new_empty(q.shape), q.new_empty((B, H, N), **f32), q.new_empty((B, H, N), **f32), vu,
+            q.new_empty(map_shape, dtype=torch.uint8))
+
+
+@torch.library.custom_op("lengthgen::triton_entmax_bwd", mutates_args=(), schema=_BWD_SCHEMA)
+def _entmax_bwd_op(
+    do: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
+    tau: Tensor, logs: Tensor, vu: Tensor, tile_map: Tensor,
+    scale: float, causal: bool, pow_mode: int, need_q: bool, need_kv: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq or empty, dk or empty, dv or empty)."""
+    kern = _load_kernels()
+    B, H, N, D = q.shape
+    dev = q.device
+    geo = _geometry(q)
+    if do.dtype != q.dtype:
+        do = do.to(q.dtype)
+    # c_i = dO_i · (u-weighted mean of V); only dq and dk depend on it.
+    if vu.numel():
+        delta = (do.float() * vu[..., :D]).sum(-1).contiguous()
+    else:
+        delta = torch.zeros((B, H, N), dtype=torch.float32, device=dev)
+    slopes_arg = slopes if slopes is not None else alpha
+    map_arg = tile_map if geo.use_mask else tau
+    common = dict(HEAD_DIM=D, BLOCK_D=geo.block_d, BLOCK_M=geo.block_m, BLOCK_N=geo.block_n,
+                  CAUSAL=causal, HAS_ALIBI=slopes is not None, USE_MASK=geo.use_mask, PREC=geo.prec,
+                  POW_MODE=pow_mode)
+    dq = dk = dv = q.new_empty(0)
+    if need_q:
+        dq = _alloc((B, H, N, D), q.dtype, dev)
+        kern.entmax_bwd_dq[(geo.nb_m, B * H)](
+            q, k, v, do, dq, alpha, slopes_arg, tau, logs, delta, map_arg,
+            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
+            H, N, geo.nb_m, geo.nb_n, scale, **common,
         )
-        ctx.save_for_backward(q, k, v, alpha, slopes_arg, tau, logs, vu if store_vu else None, tile_map)
-        ctx.meta = (scale, causal, slopes is not None, use_mask, block_d, bm, bn, nb_m, nb_n, prec, pow_mode)
-        return o
+    if need_kv:
+        dk = _alloc((B, H, N, D), k.dtype, dev)
+        dv = _alloc((B, H, N, D), v.dtype, dev)
+        kern.entmax_bwd_dkdv[(geo.nb_n, B * H)](
+            q, k, v, do, dk, dv, alpha, slopes_arg, tau, logs, delta, map_arg,
+            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
+            H, N, geo.nb_m, geo.nb_n, scale, **common,
+        )
+    return dq, dk, dv
 
-    @staticmethod
-    def backward(ctx: Any, do: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        kern = _load_kernels()
-        q, k, v, alpha, slopes_arg, tau, logs, vu, tile_map = ctx.saved_tensors
-        scale, causal, has_alibi, use_mask, block_d, bm, bn, nb_m, nb_n, prec, pow_mode = ctx.meta
-        B, H, N, D = q.shape
-        dev = q.device
-        need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        if do.dtype != q.dtype:
-            do = do.to(q.dtype)
-        # c_i = dO_i · (u-weighted mean of V); only dq and dk depend on it.
-        if vu is not None:
-            delta = (do.float() * vu[..., :D]).sum(-1).contiguous()
-        else:
-            delta = torch.zeros((B, H, N), dtype=torch.float32, device=dev)
-        common = dict(HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn,
-                      CAUSAL=causal, HAS_ALIBI=has_alibi, USE_MASK=use_mask, PREC=prec, POW_MODE=pow_mode)
-        dq = dk = dv = None
-        if need_q:
-            dq = _alloc((B, H, N, D), q.dtype, dev)
-            kern.entmax_bwd_dq[(nb_m, B * H)](
-                q, k, v, do, dq, alpha, slopes_arg, tau, logs, delta, tile_map,
-                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
-                H, N, nb_m, nb_n, scale, **common,
-            )
-        if need_k or need_v:
-            dk = _alloc((B, H, N, D), k.dtype, dev)
-            dv = _alloc((B, H, N, D), v.dtype, dev)
-            kern.entmax_bwd_dkdv[(nb_n, B * H)](
-                q, k, v, do, dk, dv, alpha, slopes_arg, tau, logs, delta, tile_map,
-                *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
-                H, N, nb_m, nb_n, scale, **common,
-            )
-        return dq, (dk if need_k else None), (dv if need_v else None), None, None, None, None, None
+
+@_entmax_bwd_op.register_fake
+def _entmax_bwd_fake(
+    do: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
+    tau: Tensor, logs: Tensor, vu: Tensor, tile_map: Tensor,
+    scale: float, causal: bool, pow_mode: int, need_q: bool, need_kv: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    dq = q.new_empty(q.shape) if need_q else q.new_empty(0)
+    dk = k.new_empty(k.shape) if need_kv else k.new_empty(0)
+    dv = v.new_empty(v.shape) if need_kv else v.new_empty(0)
+    return dq, dk, dv
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+    q, k, v, alpha, slopes, scale, causal, pow_mode, _store_vu = inputs
+    _o, tau, logs, vu, tile_map = output
+    ctx.save_for_backward(q, k, v, alpha, slopes, tau, logs, vu, tile_map)
+    ctx.meta = (scale, causal, pow_mode)
+
+
+def _backward(ctx: Any, do: Tensor, *_unused: Tensor | None) -> tuple[Tensor | None, ...]:
+    q, k, v, alpha, slopes, tau, logs, vu, tile_map = ctx.saved_tensors
+    scale, causal, pow_mode = ctx.meta
+    need_q, need_k, need_v = ctx.needs_input_grad[:3]
+    if need_q and not vu.numel():  # pragma: no cover - guarded by store_vu at the call site
+        raise RuntimeError("q needs a gradient but the forward did not store the u-weighted V")
+    dq, dk, dv = _entmax_bwd_op(do, q, k, v, alpha, slopes, tau, logs, vu, tile_map,
+                                scale, causal, pow_mode, need_q, need_k or need_v)
+    return (dq if need_q else None, dk if need_k else None, dv if need_v else None,
+            None, None, None, None, None, None)
+
+
+torch.library.register_autograd("lengthgen::triton_entmax_fwd", _backward, setup_context=_setup_context)
 
 
 def triton_next_pow2(n: int) -> int:
@@ -230,8 +311,10 @@ def triton_entmax_attention(
     scale_f = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if N == 0:
         return q.new_empty(q.shape)
-    fn: Callable[..., Tensor] = _EntmaxAttention.apply  # type: ignore[assignment]
-    return fn(q, k, v, alpha_t, slopes_t, scale_f, bool(causal), _pow_mode(alpha))
+    # Only dq and dk need Σ_j u_ij v_j; skip that extra product when neither will be asked for.
+    store_vu = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
+    o, *_stats = _entmax_fwd_op(q, k, v, alpha_t, slopes_t, scale_f, bool(causal), _pow_mode(alpha), store_vu)
+    return o
 
 
 def _pow_mode(alpha: float | Tensor) -> int:
