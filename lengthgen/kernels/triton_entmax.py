@@ -6,7 +6,7 @@ z_ij = scale·<q_i, k_j> − slope_h·(i − j) over the visible keys (j ≤ i w
 first call, so importing this module never needs triton; calling it without triton raises RuntimeError.
 
 Forward: one program per (query block, batch·head) makes one pass over the keys for the row max, a
-few Newton passes for τ (fp32, bracketed, see the kernels module) and one output pass; tiles whose
+few Halley/Newton passes for τ (fp32, bracketed, see the kernels module) and one output pass; tiles whose
 scores all lie below a proven lower bound of τ are recorded in a one-byte-per-tile map and skipped by
 the later passes and the backward. Backward, with u = p^(2−α) on the support and g = dO·Vᵀ:
 ∂L/∂z = u ⊙ (g − c), c_i = Σ_j u_ij g_ij / Σ_j u_ij = dO_i · (Σ_j u_ij v_j / Σ_j u_ij). The u-weighted
@@ -28,8 +28,8 @@ __all__ = ["triton_entmax_attention", "triton_available"]
 
 # Above this many tiles the liveness map (1 byte each) is dropped, keeping memory linear in N.
 _MAX_MASK_TILES = 1 << 28
-# Newton stopping rule: |Σ p − 1| ≤ _TOL·max(1, k − 1), k = 1/(α − 1), or a step under 2 ulp of τ;
-# the output is renormalized by its exact sum, so p's error is about |Σ p − 1|.
+# Stopping rule for the τ iteration: |Σ p − 1| ≤ _TOL·max(1, k − 1), k = 1/(α − 1), or a step under
+# 2 ulp of τ; the output is renormalized by its exact sum, so p's error is about |Σ p − 1|.
 _TOL = 2e-6
 _MAX_ITER = 32
 
