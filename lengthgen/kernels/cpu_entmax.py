@@ -21,7 +21,6 @@ All of τ's arithmetic is fp64 on the few candidates; scores and outputs are fp3
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
@@ -35,7 +34,7 @@ __all__ = ["fused_available", "fused_entmax_attention"]
 
 try:  # numba is a dependency, but keep the package importable (and the chunked path usable) without it
     import numba
-    from numba import njit, prange
+    from numba import njit
 
     _NUMBA_ERROR: BaseException | None = None
 except Exception as exc:  # pragma: no cover - exercised only where numba is missing
@@ -185,8 +184,89 @@ if numba is not None:
         return k
 
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
-    def _task(S, V, out, ent, sup, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, group, stats, task):  # noqa: ANN001, ANN202, E501
-        """Rows g·group … of one batch·head; returns how many overflowed the small buffer."""
+    def _newton_dense(s, n, m, tau, e, em1, em1_int, mode):  # noqa: ANN001, ANN202
+        """τ (relative to m) over the whole row s[:n] in place of a candidate buffer (dense rows).
+
+        Same monotone Newton as ``_newton`` but branch-free full passes, which vectorize.
+        Returns (support size, tau).
+        """
+        for _ in range(_MAX_NEWTON):
+            c = m + tau
+            f = -1.0
+            fp = 0.0
+            if mode == MODE_15:
+                for j in range(n):
+                    d = max(np.float64(s[j]) - c, 0.0)
+                    f += d * d
+                    fp += d
+            elif mode == MODE_2:
+                for j in range(n):
+                    d = max(np.float64(s[j]) - c, 0.0)
+                    f += d
+                    fp += d > 0.0
+            else:
+                for j in range(n):
+                    d = np.float64(s[j]) - c
+                    if d > 0.0:
+                        pw = _powm1(d, em1, em1_int)
+                        f += pw * d
+                        fp += pw
+            if f <= 0.0 or fp <= 0.0:
+                break
+            step = f / (e * fp)
+            tau += step
+            if step <= _STEP_TOL:
+                break
+        c = m + tau
+        k = 0
+        s1 = 0.0
+        s2 = 0.0
+        lo = np.inf
+        for j in range(n):
+            x = np.float64(s[j]) - m
+            if x > tau:
+                k += 1
+                s1 += x
+                s2 += x * x
+                lo = min(lo, x)
+        if mode != MODE_GENERAL and k > 0:
+            if mode == MODE_15:
+                mean = s1 / k
+                t = mean - np.sqrt(max((1.0 - (s2 - s1 * mean)) / k, 0.0))
+            else:
+                t = (s1 - 1.0) / k
+            if t < lo:
+                tau = t
+        return k, tau
+
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    def _dense_probs(s, n, L, m, tau, em1, em1_int, stats):  # noqa: ANN001, ANN202
+        """Overwrite the score row s[:L] with the normalized probabilities; return the entropy."""
+        c = m + tau
+        tot = 0.0
+        for j in range(n):
+            d = np.float64(s[j]) - c
+            pj = _powm1(d, em1, em1_int) * d if d > 0.0 else 0.0
+            s[j] = np.float32(pj)
+            tot += pj
+        for j in range(n, L):
+            s[j] = np.float32(0.0)
+        inv = 1.0 / tot if tot > 0.0 else 0.0
+        hs = 0.0
+        for j in range(n):
+            pj = np.float64(s[j]) * inv
+            s[j] = np.float32(pj)
+            if stats and pj > 0.0:
+                hs -= pj * np.log(pj)
+        return hs
+
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    def _task(S, V, out, ent, sup, dense, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, group, stats, task):  # noqa: ANN001, ANN202, E501
+        """Rows g·group … of one batch·head; returns how many rows took the dense path.
+
+        Dense rows (more than ``cap`` candidates) get their normalized probabilities written over
+        their scores in S and dense[bh, r] = True: the caller finishes them with one BLAS P·V.
+        """
         BH, R, L = S.shape
         D = V.shape[2]
         ngroups = (R + group - 1) // group
@@ -204,10 +284,8 @@ if numba is not None:
         cm = np.empty(n_chunk_max, np.float32)
         cmv = np.empty(n_chunk_max, np.float32)
         cmi = np.empty(n_chunk_max, np.int64)
-        big_v = np.empty(0, np.float32)
-        big_i = np.empty(0, np.int64)
         acc = np.empty(D, np.float64)
-        n_over = 0
+        n_dense = 0
         for r in range(g * group, min(R, g * group + group)):
             s = S[bh, r]
             n = nvis[r]
@@ -226,20 +304,17 @@ if numba is not None:
             if np.float64(thr) > m + tau0:  # round the threshold down, never up
                 thr = np.nextafter(thr, np.float32(-np.inf))
             # Candidates: keys above the bound, only in the chunks whose maximum is above it.
-            k = _collect(s, n, cmi, kc, thr, cv, ci, cap)
-            if k >= 0:
-                k, tau = _newton(cv, ci, k, m, tau0, e, em1, ei, md)
-                wv = cv
-                wi = ci
-            else:
-                n_over += 1
-                if big_v.shape[0] < L + _CHUNK:
-                    big_v = np.empty(L + _CHUNK, np.float32)
-                    big_i = np.empty(L + _CHUNK, np.int64)
-                k = _collect(s, n, cmi, kc, thr, big_v, big_i, L + _CHUNK)
-                k, tau = _newton(big_v, big_i, k, m, tau0, e, em1, ei, md)
-                wv = big_v
-                wi = big_i
+            k = _collect(s, n, cmi, kc, thr, cv, ci, cap) if kc <= cap else -1
+            if k < 0:
+                n_dense += 1
+                dense[bh, r] = True
+                k, tau = _newton_dense(s, n, m, tau0, e, em1, ei, md)
+                hs = _dense_probs(s, n, L, m, tau, em1, ei, stats)
+                if stats:
+                    ent[bh, row0 + r] = hs / np.log(n) if n > 1 else 0.0
+                    sup[bh, row0 + r] = k
+                continue
+            k, tau = _newton(cv, ci, k, m, tau0, e, em1, ei, md)
             # p_j = (x_j − τ)^e on the support, normalized by its exact sum; o = Σ p_j v_j.
             for dd in range(D):
                 acc[dd] = 0.0
@@ -247,12 +322,12 @@ if numba is not None:
             tot = 0.0
             hs = 0.0
             for a in range(k):
-                d = np.float64(wv[a]) - c
+                d = np.float64(cv[a]) - c
                 pj = _powm1(d, em1, ei) * d
                 tot += pj
                 if stats and pj > 0.0:
                     hs -= pj * np.log(pj)
-                vrow = V[bh, wi[a]]
+                vrow = V[bh, ci[a]]
                 for dd in range(D):
                     acc[dd] += pj * vrow[dd]
             inv = 1.0 / tot if tot > 0.0 else 0.0
@@ -260,32 +335,29 @@ if numba is not None:
             for dd in range(D):
                 orow[dd] = acc[dd] * inv
             if stats:
-                # Σ p̂ log p̂ with p̂ = p/tot: −Σ p̂ log p̂ = (−Σ p log p)/tot + log tot.
+                # −Σ p̂ log p̂ with p̂ = p/tot equals (−Σ p log p)/tot + log tot.
                 h_row = hs * inv + np.log(tot) if tot > 0.0 else 0.0
                 ent[bh, row0 + r] = h_row / np.log(n) if n > 1 else 0.0
                 sup[bh, row0 + r] = k
-        return n_over
+        return n_dense
 
-    @njit(parallel=True, cache=True, fastmath=_FASTMATH, nogil=True)
-    def rows_kernel(S, V, out, ent, sup, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, group, stats):  # noqa: ANN001, ANN202, E501
-        """One block of scores S (BH, R, L) into out/ent/sup rows row0 …; returns #overflow rows.
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    def rows_kernel(S, V, out, ent, sup, dense, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, stats):  # noqa: ANN001, ANN202, E501
+        """One block of scores S (BH, R, L) into out/ent/sup rows row0 …; returns #dense rows.
 
-        Parallel over (batch·head, group of rows); each task owns its buffers.
+        Single-threaded and GIL-free: the wrapper runs one block per worker thread.
         """
         BH, R, L = S.shape
-        ngroups = (R + group - 1) // group
-        n_over = 0
-        for task in prange(BH * ngroups):
-            n_over += _task(
-                S, V, out, ent, sup, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, group, stats, task
+        n_dense = 0
+        for bh in range(BH):
+            n_dense += _task(
+                S, V, out, ent, sup, dense, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, R, stats, bh
             )
-        return n_over
+        return n_dense
 
 
 _kernel: Any = None
 _kernel_error: BaseException | None = _NUMBA_ERROR
-#: numba's workqueue pool must not be entered from two Python threads at once.
-_kernel_lock = threading.Lock()
 
 
 def _smoke(kernel: Any) -> None:
@@ -296,27 +368,15 @@ def _smoke(kernel: Any) -> None:
     st = np.zeros((1, 1), np.float32)
     one = np.ones(1, np.float64)
     ints = np.array([1], np.int64)
-    kernel(S, V, out, st, st.copy(), 0, ints, ints + 1, 1, one * 0, one * 2, ints, ints, 4, 1, True)
+    dense = np.zeros((1, 1), np.bool_)
+    kernel(S, V, out, st, st.copy(), dense, 0, ints, ints + 1, 1, one * 0, one * 2, ints, ints, 4, True)
     if not abs(float(out[0, 0, 0]) - 1.0) < 1e-6:
         raise RuntimeError(f"fused kernel smoke test gave {out[0, 0, 0]}")
-
-
-def _prefer_workqueue() -> None:
-    """Use numba's workqueue thread pool unless the user chose a threading layer.
-
-    torch runs QKᵀ on its own OpenMP pool; a second OpenMP pool (numba's default "omp" layer) makes
-    the two spin against each other between every score block, which cost 3-20× on a busy 2-core
-    machine. The workqueue pool sleeps when idle. It only takes effect before numba's first parallel
-    launch in the process.
-    """
-    if numba is not None and "NUMBA_THREADING_LAYER" not in os.environ:
-        numba.config.THREADING_LAYER = "workqueue"
 
 
 def _get_kernel() -> Any:
     global _kernel, _kernel_error
     if _kernel is None and _kernel_error is None:
-        _prefer_workqueue()
         try:
             _smoke(rows_kernel)
             _kernel = rows_kernel
@@ -345,6 +405,76 @@ def _head_params(prob: AttnProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return expo.astype(np.float64), mode, em1_int
 
 
+def _plan_blocks(
+    pos: np.ndarray, Nk: int, BH: int, causal: bool, block_entries: int
+) -> list[tuple[int, int, int]]:
+    """Query blocks (r0, rows, kmax) with BH·rows·kmax ≤ block_entries (at least one row each)."""
+    Nq = len(pos)
+    blocks = []
+    r0 = 0
+    while r0 < Nq:
+        # As many rows as fit with this block's visible keys (causal: few keys, many rows early on).
+        k_est = min(Nk, int(pos[r0]) + 1) if causal else Nk
+        rows = max(1, min(Nq - r0, _MAX_BLOCK_ROWS, block_entries // (BH * k_est)))
+        while True:
+            kmax = min(Nk, int(pos[r0 : r0 + rows].max()) + 1) if causal else Nk
+            if BH * rows * kmax <= block_entries or rows == 1:
+                break
+            rows = max(1, rows // 2)
+        blocks.append((r0, rows, kmax))
+        r0 += rows
+    return blocks
+
+
+def _run_blocks(work: Any, blocks: list[tuple[int, int, int]], buf_len: int, threads: int | None) -> int:
+    """Run ``work`` over the blocks on worker threads, biggest first; returns the summed results.
+
+    Each worker runs its BLAS call and the (GIL-free) numba kernel single-threaded, so the workers
+    never wait on each other: one shared OpenMP pool would put a barrier in every block, and on a
+    busy machine a descheduled pool thread stalled all the others (measured 5-20× slowdowns).
+    """
+    n_threads = max(1, min(threads or torch.get_num_threads(), len(blocks)))
+    order = sorted(blocks, key=lambda b: -b[1] * b[2])
+    if n_threads == 1:
+        buf = torch.empty(buf_len, dtype=torch.float32)
+        return sum(work(*b, buf) for b in order)
+    lock = threading.Lock()
+    queue = iter(order)
+    totals = [0] * n_threads
+    errors: list[BaseException] = []
+
+    def worker(slot: int) -> None:
+        try:
+            torch.set_num_threads(1)  # this thread's OpenMP ICV (and MKL's, restored below)
+            buf = torch.empty(buf_len, dtype=torch.float32)
+            while True:
+                with lock:
+                    b = next(queue, None)
+                if b is None or errors:
+                    return
+                totals[slot] += work(*b, buf)
+        except BaseException as exc:  # re-raised in the caller
+            errors.append(exc)
+
+    saved = torch.get_num_threads()
+    pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n_threads)]
+    try:
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    finally:
+        torch.set_num_threads(saved)
+    if errors:
+        raise errors[0]
+    return sum(totals)
+
+
+def _as_f32(t: Tensor) -> np.ndarray:
+    """A float32 numpy view (or copy) of a CPU tensor."""
+    return t.detach().to(torch.float32).numpy()
+
+
 @torch.no_grad()
 def fused_entmax_attention(
     q: Tensor,
@@ -354,60 +484,69 @@ def fused_entmax_attention(
     return_stats: bool,
     *,
     cap: int = 2048,
-    block_entries: int = 1 << 22,
-    group: int = 4,
+    block_entries: int = 1 << 20,
+    threads: int | None = None,
 ) -> tuple[Tensor, Tensor | None, Tensor | None, int]:
-    """Exact α-entmax attention on CPU; returns (out, entropy, support, overflow_rows).
+    """Exact α-entmax attention on CPU; returns (out, entropy, support, dense_rows).
 
-    ``overflow_rows`` counts (batch·head, row) pairs whose candidates exceeded ``cap`` (test hook).
+    ``dense_rows`` counts (batch·head, row) pairs whose candidates exceeded ``cap`` and took the
+    dense path (a test hook). ``block_entries``: score floats per block and thread. ``threads``:
+    worker threads (default: torch's intra-op thread count).
     """
     kernel = _get_kernel()
     if kernel is None:
         raise RuntimeError(f"the fused CPU path needs numba: {fused_unavailable_reason()}")
     if q.device.type != "cpu":
         raise ValueError(f"the fused path runs on CPU tensors, got {q.device}")
-    if not all(bool(torch.isfinite(t).all()) for t in (q, k, v)):
+    B, H, Nq, Nk, D = prob.B, prob.H, prob.Nq, prob.Nk, prob.D
+    BH = B * H
+    # numpy (single-threaded) for the O(N·D) preparation: on a busy machine every small torch op
+    # wakes its OpenMP pool, which cost more than the whole kernel in measurements.
+    qn = _as_f32(q).reshape(BH, Nq, D)
+    kn = _as_f32(k).reshape(BH, Nk, D)
+    vn = _as_f32(v).reshape(BH, Nk, D)
+    if not (np.isfinite(qn).all() and np.isfinite(kn).all() and np.isfinite(vn).all()):
         # The kernel assumes finite scores (it is compiled with "nnan"); the torch path copes.
         from lengthgen.kernels.torch_entmax import chunked_entmax_attention
 
         return chunked_entmax_attention(q, k, v, prob, return_stats)
-    B, H, Nq, Nk, D = prob.B, prob.H, prob.Nq, prob.Nk, prob.D
-    BH = B * H
     out = np.zeros((BH, Nq, D), np.float32)
     ent = np.zeros((BH, Nq), np.float32)
     sup = np.zeros((BH, Nq), np.float32)
     n_over = 0
     if Nq and Nk:
-        am1 = (prob.alpha - 1).to(torch.float32)
-        qs = (q.to(torch.float32) * (prob.scale * am1).view(1, H, 1, 1)).reshape(BH, Nq, D).contiguous()
-        kf = k.to(torch.float32).reshape(BH, Nk, D).contiguous()
-        vf = v.to(torch.float32).reshape(BH, Nk, D).contiguous().numpy()
-        slope = (prob.slopes * (prob.alpha - 1)).numpy().astype(np.float64)
+        alpha = prob.alpha.numpy()
+        head_scale = np.tile((prob.scale * (alpha - 1.0)).astype(np.float32), B)
+        qs = torch.from_numpy(np.ascontiguousarray(qn * head_scale[:, None, None]))
+        kf = torch.from_numpy(np.ascontiguousarray(kn))
+        vf = np.ascontiguousarray(vn)
+        vt = torch.from_numpy(vf)
+        slope = prob.slopes.numpy() * (alpha - 1.0)
         expo, mode, em1_int = _head_params(prob)
         pos = prob.q_positions.cpu().numpy().astype(np.int64)
         nvis = visible_counts(prob).cpu().numpy().astype(np.int64)
-        buf = torch.empty(max(block_entries, BH * Nk), dtype=torch.float32)
-        r0 = 0
-        while r0 < Nq:
-            # As many rows as fit the buffer with this block's visible keys (causal: few early on).
-            k_est = min(Nk, int(pos[r0]) + 1) if prob.causal else Nk
-            rows = max(1, min(Nq - r0, _MAX_BLOCK_ROWS, buf.numel() // (BH * k_est)))
-            while True:
-                r1 = r0 + rows
-                kmax = min(Nk, int(pos[r0:r1].max()) + 1) if prob.causal else Nk
-                if BH * rows * kmax <= buf.numel() or rows == 1:
-                    break
-                rows = max(1, rows // 2)
+        blocks = _plan_blocks(pos, Nk, BH, prob.causal, block_entries)
+        buf_len = max(rows * kmax for _, rows, kmax in blocks) * BH
+
+        def work(r0: int, rows: int, kmax: int, buf: Tensor) -> int:
+            r1 = r0 + rows
             S = buf[: BH * rows * kmax].view(BH, rows, kmax)
             torch.bmm(qs[:, r0:r1], kf[:, :kmax].transpose(1, 2), out=S)
-            with _kernel_lock:
-                n_over += int(
-                    kernel(
-                        S.numpy(), vf, out, ent, sup, r0, pos[r0:r1], nvis[r0:r1], H, slope, expo, mode,
-                        em1_int, int(cap), int(group), bool(return_stats),
-                    )
+            dense = np.zeros((BH, rows), np.bool_)
+            n_dense = int(
+                kernel(
+                    S.numpy(), vf, out, ent, sup, dense, r0, pos[r0:r1], nvis[r0:r1], H, slope, expo, mode,
+                    em1_int, int(cap), bool(return_stats),
                 )
-            r0 = r1
+            )
+            if n_dense:
+                # Dense rows: S now holds their probabilities; one BLAS P·V finishes them.
+                pv = torch.bmm(S, vt[:, :kmax]).numpy()
+                sel = np.nonzero(dense)
+                out[sel[0], r0 + sel[1]] = pv[sel]
+            return n_dense
+
+        n_over = _run_blocks(work, blocks, buf_len, threads)
     o = torch.from_numpy(out).view(B, H, Nq, D).to(v.dtype)
     if not return_stats:
         return o, None, None, n_over
