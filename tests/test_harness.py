@@ -1,0 +1,162 @@
+"""Training, evaluation, results and the ``lengthgen run`` command, on tiny configurations."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from lengthgen.attention import ATTENTION
+from lengthgen.cli import app
+from lengthgen.config import EvalConfig, RunConfig
+from lengthgen.harness.evaluate import wilson_interval
+from lengthgen.harness.results import COLUMNS, read_results
+from lengthgen.harness.run import build, execute
+from lengthgen.harness.train import lr_at, train, train_lengths
+from lengthgen.model import ModelConfig, Transformer
+from lengthgen.presets import PAPER, build_run_config
+
+runner = CliRunner()
+
+TINY = {
+    "arch_overrides": {"n_layers": 2, "d_model": 32, "n_heads": 4, "d_ff": 64},
+    "train_overrides": {"steps": 150, "batch_size": 32, "lr": 3e-3, "warmup_steps": 10,
+                        "train_length": 6, "val_every": 75, "val_samples": 64},
+    "eval_overrides": {"max_factor": 2, "samples": 32, "min_samples": 8},
+    "task_params": {"n_priorities": 6, "n_classes": 3},
+}
+
+
+def tiny_config(attn: str, seed: int = 0, **changes: object) -> RunConfig:
+    kwargs = {**TINY, **changes}
+    return build_run_config("max_retrieval", attn, seed=seed, **kwargs)  # type: ignore[arg-type]
+
+
+def test_wilson_interval_hand_values():
+    lo, hi = wilson_interval(8, 10)
+    assert lo == pytest.approx(0.4902, abs=1e-4) and hi == pytest.approx(0.9433, abs=1e-4)
+    lo, hi = wilson_interval(0, 20)
+    assert lo == 0.0 and hi == pytest.approx(0.1611, abs=1e-4)
+    lo, hi = wilson_interval(20, 20)
+    assert hi == 1.0 and lo == pytest.approx(0.8389, abs=1e-4)
+
+
+def test_learning_rate_schedule_warmup_then_cosine():
+    config = tiny_config("softmax")
+    t = config.train
+    assert lr_at(0, config) == pytest.approx(t.lr / t.warmup_steps)
+    assert lr_at(t.warmup_steps - 1, config) == pytest.approx(t.lr)
+    assert lr_at(t.steps, config) == pytest.approx(t.lr * t.min_lr_ratio)
+    middle = t.warmup_steps + (t.steps - t.warmup_steps) // 2
+    assert lr_at(middle, config) == pytest.approx(t.lr * (t.min_lr_ratio + 1) / 2, rel=0.02)
+
+
+def test_training_lengths_cover_the_range_and_follow_the_seed():
+    config = tiny_config("softmax")
+    task, _ = build(config)
+    lengths = train_lengths(task, config)
+    assert set(lengths.tolist()) == {3, 4, 5, 6}
+    assert (train_lengths(task, tiny_config("softmax", seed=1)) != lengths).any()
+
+
+def test_eval_sample_schedule():
+    config = EvalConfig(samples=256, min_samples=16, token_budget=10_000)
+    assert config.samples_at(20) == 256
+    assert config.samples_at(100) == 100
+    assert config.samples_at(100_000) == 16
+    assert EvalConfig(max_factor=8).factors() == [1, 2, 4, 8]
+    with pytest.raises(ValueError):
+        EvalConfig(max_factor=6)
+
+
+@pytest.mark.parametrize("attn", sorted(ATTENTION.names()))
+def test_tiny_training_run_learns(attn):
+    config = tiny_config(attn)
+    task, model = build(config)
+    result = train(model, task, config, torch.device("cpu"), progress=False)
+    first, last = result.history[0], result.history[-1]
+    assert result.best_val_exact >= 0.6, result.history
+    assert last["val_exact"] >= first["val_exact"] - 0.05
+    assert math.isfinite(last["loss"]) and last["loss"] < math.log(task.vocab.size)
+
+
+def test_run_writes_folder_schema_and_is_deterministic(tmp_path):
+    config = tiny_config("asentmax", train_overrides={**TINY["train_overrides"], "steps": 40})
+    first = execute(config, tmp_path / "a", progress=False)
+    second = execute(config, tmp_path / "b", progress=False)
+    run_dir = tmp_path / "a" / first["run_id"].iloc[0]
+    for name in ("config.json", "model.pt", "results.parquet", "accuracy_vs_length.png"):
+        assert (run_dir / name).is_file(), name
+    frame = read_results(run_dir / "results.parquet")
+    assert tuple(frame.columns) == COLUMNS
+    assert list(frame["factor"]) == [1, 2] and list(frame["eval_length"]) == [6, 12]
+    assert (frame["status"] == "ok").all()
+    assert (frame["exact_match_lo"] <= frame["exact_match"]).all()
+    assert (frame["exact_match"] <= frame["exact_match_hi"]).all()
+    volatile = ["train_seconds", "eval_seconds", "created_at"]
+    pd.testing.assert_frame_equal(first.drop(columns=volatile), second.drop(columns=volatile))
+    assert RunConfig.model_validate_json(frame["config_json"].iloc[0]) == config
+
+
+def test_nan_loss_fails_the_run_with_a_clear_status(tmp_path):
+    config = tiny_config("softmax", train_overrides={**TINY["train_overrides"], "lr": float("inf")})
+    frame = execute(config, tmp_path, progress=False)
+    assert list(frame["status"]) == ["failed"]
+    assert "TrainingDiverged" in frame["error"].iloc[0]
+
+
+def test_paper_presets_match_the_paper_sizes():
+    config = build_run_config("mqmtar", "asentmax", preset="paper")
+    assert config.task_params["alphabet"] == 256
+    task, model = build(config)
+    a = config.arch
+    assert (a.n_layers, a.d_model, a.n_heads, a.d_ff) == (4, 512, 16, 1024)
+    assert a.d_model // a.n_heads == 32
+    v, d, f = task.vocab.size, a.d_model, a.d_ff
+    per_layer = 4 * d * d + 2 * d * f + f + d + 4 * d  # attention, FFN (+biases), two LayerNorms
+    scale = 2 * (d * a.n_heads + a.n_heads)  # ASEntmax's W_β, W_γ and biases
+    expected = 2 * v * d + a.n_layers * (per_layer + scale) + 2 * d
+    assert model.num_parameters() == expected
+    assert PAPER["sort"]["arch"] == {"n_layers": 2, "d_model": 256, "n_heads": 8, "d_ff": 1024}
+    assert config.train.batch_size == 128 and config.train.lr == 2e-4
+
+
+def test_model_config_rejects_unknown_fields_and_bad_heads():
+    with pytest.raises(ValueError):
+        ModelConfig(vocab_size=10, d_model=30, n_heads=4)
+    with pytest.raises(ValueError):
+        ModelConfig(vocab_size=10, dropout=0.1)  # type: ignore[call-arg]
+    assert Transformer(ModelConfig(vocab_size=10), seed=0).num_parameters() > 0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--task", "nope", "--attn", "softmax"], "valid tasks"),
+        (["--task", "copy", "--attn", "nope"], "valid attention backends"),
+        (["--task", "copy", "--attn", "softmax", "--pos", "nope2"], "valid position schemes"),
+        (["--task", "copy", "--attn", "softmax", "--preset", "huge"], "valid presets"),
+        (["--task", "copy", "--attn", "softmax", "--max-factor", "6"], "power of two"),
+        (["--task", "copy", "--attn", "softmax", "--train-length", "0"], "train_length"),
+        (["--task", "max_retrieval", "--attn", "softmax", "--train-length", "1"], "minimum"),
+        (["--task", "copy", "--attn", "entmax", "--attn-option", "alpha=3"], "alpha"),
+        (["--task", "copy", "--attn", "softmax", "--attn-option", "alpha=1.5"], "alpha"),
+        (["--task", "copy", "--attn", "softmax", "--steps", "-1"], "steps"),
+    ],
+)
+def test_run_bad_input_exits_2_with_one_line(args, message, tmp_path):
+    result = runner.invoke(app, ["run", *args, "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_run_cuda_without_cuda_exits_2(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    result = runner.invoke(app, ["run", "--task", "copy", "--attn", "softmax", "--device", "cuda",
+                                 "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "CUDA" in result.output
