@@ -271,3 +271,18 @@ def test_argument_errors() -> None:
         entmax_attention(q[0], k, v)
     with pytest.raises(ValueError, match="CUDA"):
         entmax_attention(q, k, v, impl="triton")
+
+
+@needs_numba
+@pytest.mark.parametrize("alpha", [1.5, 1.25])
+def test_fused_alibi_window_is_exact(alpha: float) -> None:
+    """Steep ALiBi heads let the fused path skip far keys (a proven bound); results stay exact."""
+    q, k, v = inputs(B=1, H=3, Nq=300, D=8, regime="peaked", seed=21)
+    k[:, :, :40] *= 4  # large far keys: the bound must still keep everything that matters
+    slopes = torch.tensor([2.0, 0.0, 0.25])
+    prob = prepare(q, k, v, alpha, True, slopes, None, None)
+    out, ent, sup, _ = fused_entmax_attention(q, k, v, prob, True, block_entries=2000)
+    ref, p, n_vis = brute(q, k, v, alpha, slopes=slopes)
+    torch.testing.assert_close(out.double(), ref, atol=ATOL, rtol=0)
+    assert sup is not None and ent is not None
+    torch.testing.assert_close(sup.double(), (p > 0).sum(-1).double(), atol=0, rtol=0)

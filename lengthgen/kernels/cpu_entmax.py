@@ -261,7 +261,7 @@ if numba is not None:
         return hs
 
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
-    def _task(S, V, out, ent, sup, dense, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, group, stats, task):  # noqa: ANN001, ANN202, E501
+    def _task(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, group, stats, task):  # noqa: ANN001, ANN202, E501
         """Rows g·group … of one batch·head; returns how many rows took the dense path.
 
         Dense rows (more than ``cap`` candidates) get their normalized probabilities written over
@@ -311,7 +311,8 @@ if numba is not None:
                 k, tau = _newton_dense(s, n, m, tau0, e, em1, ei, md)
                 hs = _dense_probs(s, n, L, m, tau, em1, ei, stats)
                 if stats:
-                    ent[bh, row0 + r] = hs / np.log(n) if n > 1 else 0.0
+                    ns = nstat[r]
+                    ent[bh, row0 + r] = hs / np.log(ns) if ns > 1 else 0.0
                     sup[bh, row0 + r] = k
                 continue
             k, tau = _newton(cv, ci, k, m, tau0, e, em1, ei, md)
@@ -337,21 +338,25 @@ if numba is not None:
             if stats:
                 # −Σ p̂ log p̂ with p̂ = p/tot equals (−Σ p log p)/tot + log tot.
                 h_row = hs * inv + np.log(tot) if tot > 0.0 else 0.0
-                ent[bh, row0 + r] = h_row / np.log(n) if n > 1 else 0.0
+                ns = nstat[r]
+                ent[bh, row0 + r] = h_row / np.log(ns) if ns > 1 else 0.0
                 sup[bh, row0 + r] = k
         return n_dense
 
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
-    def rows_kernel(S, V, out, ent, sup, dense, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, stats):  # noqa: ANN001, ANN202, E501
+    def rows_kernel(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, stats):  # noqa: ANN001, ANN202, E501
         """One block of scores S (BH, R, L) into out/ent/sup rows row0 …; returns #dense rows.
 
+        Key t of S and V is key j0 + t of the sequence for a window start j0 the caller chose:
+        ``pos`` and ``nvis`` are relative to it, ``nstat`` holds the true visible counts (entropy).
         Single-threaded and GIL-free: the wrapper runs one block per worker thread.
         """
         BH, R, L = S.shape
         n_dense = 0
         for bh in range(BH):
             n_dense += _task(
-                S, V, out, ent, sup, dense, row0, pos, nvis, H, slope, expo, mode, em1_int, cap, R, stats, bh
+                S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, R,
+                stats, bh,
             )
         return n_dense
 
@@ -369,7 +374,8 @@ def _smoke(kernel: Any) -> None:
     one = np.ones(1, np.float64)
     ints = np.array([1], np.int64)
     dense = np.zeros((1, 1), np.bool_)
-    kernel(S, V, out, st, st.copy(), dense, 0, ints, ints + 1, 1, one * 0, one * 2, ints, ints, 4, True)
+    n = ints + 1
+    kernel(S, V, out, st, st.copy(), dense, 0, ints, n, n, 1, one * 0, one * 2, ints, ints, 4, True)
     if not abs(float(out[0, 0, 0]) - 1.0) < 1e-6:
         raise RuntimeError(f"fused kernel smoke test gave {out[0, 0, 0]}")
 
@@ -405,20 +411,18 @@ def _head_params(prob: AttnProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return expo.astype(np.float64), mode, em1_int
 
 
-def _plan_blocks(
-    pos: np.ndarray, Nk: int, BH: int, causal: bool, block_entries: int
-) -> list[tuple[int, int, int]]:
-    """Query blocks (r0, rows, kmax) with BH·rows·kmax ≤ block_entries (at least one row each)."""
+def _plan_blocks(pos: np.ndarray, Nk: int, causal: bool, block_entries: int) -> list[tuple[int, int, int]]:
+    """Query blocks (r0, rows, kmax) of one head with rows·kmax ≤ block_entries (≥ 1 row each)."""
     Nq = len(pos)
     blocks = []
     r0 = 0
     while r0 < Nq:
         # As many rows as fit with this block's visible keys (causal: few keys, many rows early on).
         k_est = min(Nk, int(pos[r0]) + 1) if causal else Nk
-        rows = max(1, min(Nq - r0, _MAX_BLOCK_ROWS, block_entries // (BH * k_est)))
+        rows = max(1, min(Nq - r0, _MAX_BLOCK_ROWS, block_entries // k_est))
         while True:
             kmax = min(Nk, int(pos[r0 : r0 + rows].max()) + 1) if causal else Nk
-            if BH * rows * kmax <= block_entries or rows == 1:
+            if rows * kmax <= block_entries or rows == 1:
                 break
             rows = max(1, rows // 2)
         blocks.append((r0, rows, kmax))
@@ -426,15 +430,15 @@ def _plan_blocks(
     return blocks
 
 
-def _run_blocks(work: Any, blocks: list[tuple[int, int, int]], buf_len: int, threads: int | None) -> int:
-    """Run ``work`` over the blocks on worker threads, biggest first; returns the summed results.
+def _run_blocks(work: Any, blocks: list[tuple[int, ...]], buf_len: int, threads: int | None) -> int:
+    """Run ``work(*block, buf)`` on worker threads, biggest blocks first; returns the summed results.
 
     Each worker runs its BLAS call and the (GIL-free) numba kernel single-threaded, so the workers
     never wait on each other: one shared OpenMP pool would put a barrier in every block, and on a
     busy machine a descheduled pool thread stalled all the others (measured 5-20× slowdowns).
     """
     n_threads = max(1, min(threads or torch.get_num_threads(), len(blocks)))
-    order = sorted(blocks, key=lambda b: -b[1] * b[2])
+    order = sorted(blocks, key=lambda b: -b[-1] * b[-2])
     if n_threads == 1:
         buf = torch.empty(buf_len, dtype=torch.float32)
         return sum(work(*b, buf) for b in order)
@@ -484,13 +488,14 @@ def fused_entmax_attention(
     return_stats: bool,
     *,
     cap: int = 2048,
-    block_entries: int = 1 << 20,
+    block_entries: int = 1 << 21,
     threads: int | None = None,
 ) -> tuple[Tensor, Tensor | None, Tensor | None, int]:
     """Exact α-entmax attention on CPU; returns (out, entropy, support, dense_rows).
 
     ``dense_rows`` counts (batch·head, row) pairs whose candidates exceeded ``cap`` and took the
-    dense path (a test hook). ``block_entries``: score floats per block and thread. ``threads``:
+    dense path (a test hook). ``block_entries``: score floats per (head, query block), one such
+    buffer per thread. ``threads``:
     worker threads (default: torch's intra-op thread count).
     """
     kernel = _get_kernel()
@@ -525,28 +530,47 @@ def fused_entmax_attention(
         expo, mode, em1_int = _head_params(prob)
         pos = prob.q_positions.cpu().numpy().astype(np.int64)
         nvis = visible_counts(prob).cpu().numpy().astype(np.int64)
-        blocks = _plan_blocks(pos, Nk, BH, prob.causal, block_entries)
-        buf_len = max(rows * kmax for _, rows, kmax in blocks) * BH
+        blocks = _plan_blocks(pos, Nk, prob.causal, block_entries)
+        buf_len = max(rows * kmax for _, rows, kmax in blocks)
+        items = [(bh, *blk) for bh in range(BH) for blk in blocks]
 
-        def work(r0: int, rows: int, kmax: int, buf: Tensor) -> int:
+        # ALiBi window: for a causal row i, m ≥ x_ii ≥ −|q'_i||k_i| and every candidate has
+        # x_ij > m − 1, so sl'·(i − j) < 2|q'_i|·max|k| + 1. Keys left of that never matter.
+        q_norm = np.sqrt((qs.numpy().astype(np.float64) ** 2).sum(-1))  # (BH, Nq)
+        k_norm = np.sqrt((kf.numpy().astype(np.float64) ** 2).sum(-1)).max(-1)  # (BH,)
+
+        def window_start(bh: int, r0: int, r1: int) -> int:
+            sl = slope[bh % H]
+            if sl <= 0.0 or not prob.causal:
+                return 0
+            reach = (2.0 * float(q_norm[bh, r0:r1].max()) * float(k_norm[bh]) + 1.0) * (1 + 1e-3) / sl + 2
+            return max(0, min(int(pos[r0:r1].min() - reach), int(pos[r0:r1].min())))
+
+        def work(bh: int, r0: int, rows: int, kmax: int, buf: Tensor) -> int:
+            """One head, one query block: BLAS scores, numba rows, BLAS P·V for dense rows."""
             r1 = r0 + rows
-            S = buf[: BH * rows * kmax].view(BH, rows, kmax)
-            torch.bmm(qs[:, r0:r1], kf[:, :kmax].transpose(1, 2), out=S)
-            dense = np.zeros((BH, rows), np.bool_)
+            j0 = window_start(bh, r0, r1)
+            width = kmax - j0
+            h = slice(bh % H, bh % H + 1)
+            one = slice(bh, bh + 1)
+            S = buf[: rows * width].view(rows, width)
+            torch.mm(qs[bh, r0:r1], kf[bh, j0:kmax].t(), out=S)
+            dense = np.zeros((1, rows), np.bool_)
             n_dense = int(
                 kernel(
-                    S.numpy(), vf, out, ent, sup, dense, r0, pos[r0:r1], nvis[r0:r1], H, slope, expo, mode,
-                    em1_int, int(cap), bool(return_stats),
+                    S.numpy()[None], vf[one, j0:], out[one], ent[one], sup[one], dense, r0, pos[r0:r1] - j0,
+                    nvis[r0:r1] - j0, nvis[r0:r1], 1, slope[h], expo[h], mode[h], em1_int[h], int(cap),
+                    bool(return_stats),
                 )
             )
             if n_dense:
                 # Dense rows: S now holds their probabilities; one BLAS P·V finishes them.
-                pv = torch.bmm(S, vt[:, :kmax]).numpy()
-                sel = np.nonzero(dense)
-                out[sel[0], r0 + sel[1]] = pv[sel]
+                rows_d = np.nonzero(dense[0])[0]
+                pv = torch.mm(S[torch.from_numpy(rows_d)], vt[bh, j0:kmax]).numpy()
+                out[bh, r0 + rows_d] = pv
             return n_dense
 
-        n_over = _run_blocks(work, blocks, buf_len, threads)
+        n_over = _run_blocks(work, items, buf_len, threads)
     o = torch.from_numpy(out).view(B, H, Nq, D).to(v.dtype)
     if not return_stats:
         return o, None, None, n_over
