@@ -9,7 +9,7 @@ import torch
 
 entmax_pkg = pytest.importorskip("entmax")
 
-from lengthgen.attention.entmax import entmax, entmax_forward, sparsemax  # noqa: E402
+from lengthgen.attention.entmax import entmax, entmax_forward, entmax_threshold, sparsemax  # noqa: E402
 
 ALPHAS = (1.25, 1.5, 2.0)
 
@@ -144,3 +144,14 @@ def test_bad_alpha_rejected() -> None:
         entmax(torch.zeros(2, 3), 1.0)
     with pytest.raises(ValueError, match="alpha"):
         entmax(torch.zeros(2, 3), torch.tensor([[1.5], [2.5]]))
+
+
+@pytest.mark.parametrize("alpha", ALPHAS + (1.4,))
+def test_threshold_reproduces_probabilities_and_bounds_subsets(alpha: float) -> None:
+    z = _masked(_rows("wide", seed=9))
+    tau = entmax_threshold(z, alpha)
+    assert tau.shape == (z.shape[0], 1)
+    p = ((alpha - 1) * z - tau).clamp_min(0) ** (1 / (alpha - 1))
+    torch.testing.assert_close(p, entmax(z, alpha), atol=1e-12, rtol=0)
+    sub = z[:, :8]  # a subset of each row's entries never has a larger τ
+    assert (entmax_threshold(sub, alpha) <= tau + 1e-12).all()

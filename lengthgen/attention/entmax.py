@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["entmax", "sparsemax", "entmax_forward", "EntmaxFunction"]
+__all__ = ["entmax", "sparsemax", "entmax_forward", "entmax_threshold", "EntmaxFunction"]
 
 AlphaLike = float | torch.Tensor
 
@@ -118,6 +118,45 @@ def _alpha_for_rows(alpha: torch.Tensor, shape: torch.Size, dim: int, dtype: tor
     return a.movedim(dim, -1)
 
 
+def _solve(
+    z: torch.Tensor, alpha: AlphaLike, dim: int, scaled: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float | None, torch.Tensor | None]:
+    """Shared forward: (x, τ, m, keep, α if scalar, per-row α) with rows on the last dim.
+
+    x = (α−1)(z − max) floored at −2 (masked entries too), τ relative to x, m the row max in z'
+    units, keep = valid entries of rows with at least one valid entry.
+    """
+    _check_alpha(alpha)
+    cd = _compute_dtype(z.dtype)
+    x = z.detach().to(cd).movedim(dim, -1)
+    x = torch.nan_to_num(x, nan=float("-inf"), posinf=torch.finfo(cd).max / 4, neginf=float("-inf"))
+    valid = x > float("-inf")
+    any_valid = valid.any(-1, keepdim=True)
+    m = x.amax(-1, keepdim=True)
+    m = torch.where(any_valid, m, torch.zeros_like(m))
+    a_scalar = _scalar_alpha(alpha)
+    a_rows: torch.Tensor | None = None
+    if a_scalar is not None:
+        x = x - m if scaled else (x - m) * (a_scalar - 1)
+        m_scaled = m if scaled else m * (a_scalar - 1)
+    else:
+        assert isinstance(alpha, torch.Tensor)
+        a_rows = _alpha_for_rows(alpha, z.shape, dim, cd)
+        x = x - m if scaled else (x - m) * (a_rows - 1)
+        m_scaled = m if scaled else m * (a_rows - 1)
+    x = torch.where(valid, x, torch.full_like(x, float("-inf"))).clamp_min(_FLOOR)
+    if a_scalar == 1.5:
+        tau = _tau_alpha15(x)
+    elif a_scalar == 2.0:
+        tau = _tau_sparsemax(x)
+    else:
+        n = valid.sum(-1, keepdim=True).clamp_min(1).to(cd)
+        a_t = torch.full_like(n, a_scalar) if a_scalar is not None else a_rows
+        assert a_t is not None
+        tau = _tau_general(x, a_t, n)
+    return x, tau, m_scaled, any_valid & valid, a_scalar, a_rows
+
+
 def entmax_forward(
     z: torch.Tensor, alpha: AlphaLike = 1.5, dim: int = -1, *, scaled: bool = False
 ) -> torch.Tensor:
@@ -125,37 +164,34 @@ def entmax_forward(
 
     ``scaled=True`` means z already holds (α−1)·scores (the kernels work in that unit).
     """
-    _check_alpha(alpha)
-    cd = _compute_dtype(z.dtype)
     dim = dim % z.dim() if z.dim() else 0
-    x = z.detach().to(cd).movedim(dim, -1)
-    if x.shape[-1] == 0:
-        return x.movedim(-1, dim)
-    x = torch.nan_to_num(x, nan=float("-inf"), posinf=torch.finfo(cd).max / 4, neginf=float("-inf"))
-    valid = x > float("-inf")
-    any_valid = valid.any(-1, keepdim=True)
-    m = x.amax(-1, keepdim=True)
-    m = torch.where(any_valid, m, torch.zeros_like(m))
-    a_scalar = _scalar_alpha(alpha)
-    if a_scalar is not None:
-        x = x - m if scaled else (x - m) * (a_scalar - 1)
-    else:
-        assert isinstance(alpha, torch.Tensor)
-        a_rows = _alpha_for_rows(alpha, z.shape, dim, cd)
-        x = x - m if scaled else (x - m) * (a_rows - 1)
-    x = torch.where(valid, x, torch.full_like(x, float("-inf"))).clamp_min(_FLOOR)
+    if z.shape[dim] == 0:
+        _check_alpha(alpha)
+        return z.detach().to(_compute_dtype(z.dtype))
+    x, tau, _, keep, a_scalar, a_rows = _solve(z, alpha, dim, scaled)
     if a_scalar == 1.5:
-        p = (x - _tau_alpha15(x)).clamp_min(0).square()
+        p = (x - tau).clamp_min(0).square()
     elif a_scalar == 2.0:
-        p = (x - _tau_sparsemax(x)).clamp_min(0)
+        p = (x - tau).clamp_min(0)
     else:
-        n = valid.sum(-1, keepdim=True).clamp_min(1).to(cd)
-        a_t = torch.full_like(n, a_scalar) if a_scalar is not None else a_rows
-        tau = _tau_general(x, a_t, n)
+        a_t = a_rows if a_rows is not None else torch.tensor(a_scalar, dtype=x.dtype, device=x.device)
         p = (x - tau).clamp_min(0).pow(1.0 / (a_t - 1))
-        p = p / p.sum(-1, keepdim=True).clamp_min(torch.finfo(cd).tiny)
-    p = torch.where(any_valid & valid, p, torch.zeros_like(p))
+        p = p / p.sum(-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+    p = torch.where(keep, p, torch.zeros_like(p))
     return p.movedim(-1, dim)
+
+
+def entmax_threshold(
+    z: torch.Tensor, alpha: AlphaLike = 1.5, dim: int = -1, *, scaled: bool = False
+) -> torch.Tensor:
+    """τ with p = [(α−1) z − τ]_+^(1/(α−1)), keeping ``dim`` as size 1 (fp32 or fp64).
+
+    Any subset of a row's entries has a τ no larger than the row's own, which is what makes this
+    useful as a lower bound for pruning candidates.
+    """
+    dim = dim % z.dim() if z.dim() else 0
+    _, tau, m, _, _, _ = _solve(z, alpha, dim, scaled)
+    return (tau + m).movedim(-1, dim)
 
 
 class EntmaxFunction(torch.autograd.Function):

@@ -3,10 +3,11 @@
 * ``materialized``: the full (B, H, Nq, Nk) score matrix through the ``entmax`` autograd Function;
   for training lengths, where gradients are needed and the matrix is small.
 * ``chunked``: query blocks × visible keys, never an Nq×Nk allocation. Per row only keys with
-  x = (α−1)(z − max z) > −1 can be in the support (τ ≥ −1), so when every row of a block has at most
-  ``cap`` such candidates we take the top-K of each row (K = the block's largest candidate count),
-  solve τ exactly on them and gather V; otherwise the block takes the dense exact path. Works on any
-  device; it is the fallback when numba is unavailable.
+  x = (α−1)(z − max z) > −1 can be in the support (τ ≥ −1); if that leaves too many, τ of the row's
+  top 64 keys is a tighter lower bound. When every row of a block has at most ``cap`` candidates we
+  take the top-K of each row (K = the block's largest count), solve τ exactly on them and gather V;
+  otherwise the block takes the dense exact path. Works on any device; it is the fallback when
+  numba is unavailable.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lengthgen.attention.entmax import entmax, entmax_forward
+from lengthgen.attention.entmax import entmax, entmax_forward, entmax_threshold
 from lengthgen.kernels.common import AttnProblem, row_stats, visible_counts
 
 __all__ = ["materialized_entmax_attention", "chunked_entmax_attention"]
+
+#: Keys per row used for the τ lower bound when the max − 1 candidate set is too large.
+_BOUND_KEYS = 64
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -74,8 +78,8 @@ def chunked_entmax_attention(
     prob: AttnProblem,
     return_stats: bool,
     *,
-    cap: int = 256,
-    block_entries: int = 1 << 22,
+    cap: int = 512,
+    block_entries: int = 1 << 21,
 ) -> tuple[Tensor, Tensor | None, Tensor | None, int]:
     """Exact α-entmax attention by query blocks; returns (out, entropy, support, dense_rows).
 
@@ -106,16 +110,28 @@ def chunked_entmax_attention(
         pos = pos_all[r0:r1]
         kmax = min(Nk, int(pos.max()) + 1) if prob.causal else Nk
         x = torch.matmul(qs[:, :, r0:r1], kc[:, :, :kmax].transpose(-1, -2))
-        bias, mask = _bias_and_mask(prob, pos, kmax, cd, slopes)
-        if bias is not None:
+        if slopes is not None:
+            bias, _ = _bias_and_mask(prob, pos, kmax, cd, slopes)
+            assert bias is not None
             x += bias
-        if mask is not None:
-            x.masked_fill_(mask, float("-inf"))
-        x -= x.amax(-1, keepdim=True)
-        n_cand = int((x > -1).sum(-1).max())
+        if prob.causal:
+            # Only keys after the block's first position can be in anyone's future.
+            lo = min(kmax, int(pos.min()) + 1)
+            if lo < kmax:
+                future = torch.arange(lo, kmax, device=dev)[None, :] > pos[:, None]
+                x[..., lo:kmax].masked_fill_(future, float("-inf"))
+        m = x.amax(-1, keepdim=True)
+        thr = m - 1
+        n_cand = int((x > thr).sum(-1).max())
+        if n_cand > cap and kmax > _BOUND_KEYS:
+            # τ of each row's top keys is a lower bound of the row's τ (a subset's τ is never
+            # larger), usually a far tighter one than max − 1: candidates shrink to ~ the support.
+            top, _ = x.topk(_BOUND_KEYS, dim=-1)
+            thr = entmax_threshold(top, a_arg, dim=-1, scaled=True).to(x.dtype)
+            n_cand = int((x > thr).sum(-1).max())
         if n_cand <= cap:
             vals, idx = x.topk(n_cand, dim=-1)
-            p = entmax_forward(vals, a_arg, dim=-1, scaled=True)
+            p = entmax_forward(vals - m, a_arg, dim=-1, scaled=True)
             vg = vc[:, :, :kmax].unsqueeze(2).expand(B, H, r1 - r0, kmax, D)
             vg = vg.gather(3, idx.unsqueeze(-1).expand(B, H, r1 - r0, n_cand, D))
             out[:, :, r0:r1] = torch.einsum("bhrk,bhrkd->bhrd", p, vg)
