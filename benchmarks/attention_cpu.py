@@ -10,7 +10,9 @@ reference (all rows up to 1024, a sample of rows above).
 Each (N, regime) runs in a fresh subprocess so that the peak-memory figures do not leak between
 cases. Score regimes (B=1, H=4, D=32, causal, inputs N(0,1), scale 1/sqrt(D), α = 1.5):
 ``random`` — the issue's speed target; ``peaked`` — q scaled by 4 (trained-model-like focus);
-``flat`` — q scaled by 0.01 (near-uniform scores: dense support, the fallback path).
+``flat`` — q scaled by 0.01 (near-uniform scores: dense support, the fallback path); optional
+``nape`` — random with ALiBi slopes (1, 1/2, 0, 0) on the entmax paths (SDPA stays plain causal as
+the dense-softmax cost reference). The chunked torch path is skipped above N = 16384 (minutes).
 
     python benchmarks/attention_cpu.py            # N = 1024, 4096, 16384, 65536
     python benchmarks/attention_cpu.py --quick    # N = 1024, 4096
@@ -27,7 +29,15 @@ import sys
 import time
 from typing import Any
 
-REGIMES = {"random": 1.0, "peaked": 4.0, "flat": 0.01}
+#: regime → (multiplier of q, ALiBi slopes for the entmax paths or None)
+REGIMES: dict[str, tuple[float, list[float] | None]] = {
+    "random": (1.0, None),
+    "peaked": (4.0, None),
+    "flat": (0.01, None),
+    "nape": (1.0, [1.0, 0.5, 0.0, 0.0]),  # NAPE-like: ALiBi on half the heads (not in the default set)
+}
+DEFAULT_REGIMES = ("random", "peaked", "flat")
+CHUNKED_MAX = 16384
 IMPLS = ("sdpa", "fused", "chunked", "entmax_bisect", "entmax15")
 MATERIALIZE_MAX = 4096
 REF_ALL_ROWS_MAX = 1024
@@ -51,7 +61,7 @@ def _reset_peak() -> None:
         pass
 
 
-def _reference_rows(q: Any, k: Any, v: Any, rows: Any, alpha: float) -> Any:
+def _reference_rows(q: Any, k: Any, v: Any, rows: Any, alpha: float, slopes: Any) -> Any:
     """fp64 entmax_bisect output for the given query rows (causal, over their visible keys)."""
     import torch
     from entmax import entmax_bisect
@@ -63,6 +73,8 @@ def _reference_rows(q: Any, k: Any, v: Any, rows: Any, alpha: float) -> Any:
         kmax = int(rr.max()) + 1
         z = q[:, :, rr].double() @ k[:, :, :kmax].double().transpose(-1, -2) / math.sqrt(D)
         mask = torch.arange(kmax)[None, :] > rr[:, None]
+        if slopes is not None:
+            z = z - slopes.double().view(1, -1, 1, 1) * (rr[:, None] - torch.arange(kmax)[None, :]).double()
         z = z.masked_fill(mask, float("-inf"))
         p = entmax_bisect(z, alpha, n_iter=80)
         out[:, :, a : a + 64] = p @ v[:, :, :kmax].double()
@@ -78,7 +90,9 @@ def _materialized(q: Any, k: Any, v: Any, fn: Any) -> Any:
     return fn(z) @ v
 
 
-def run_case(n: int, regime: str, impls: list[str], reps: int, alpha: float, seed: int) -> list[dict[str, Any]]:
+def run_case(
+    n: int, regime: str, impls: list[str], reps: int, alpha: float, seed: int
+) -> list[dict[str, Any]]:
     """Time every implementation on one (N, regime); runs inside the child process."""
     import torch
     from entmax import entmax15, entmax_bisect
@@ -87,7 +101,9 @@ def run_case(n: int, regime: str, impls: list[str], reps: int, alpha: float, see
 
     g = torch.Generator().manual_seed(seed)
     B, H, D = 1, 4, 32
-    q = torch.randn(B, H, n, D, generator=g) * REGIMES[regime]
+    mult, slope_list = REGIMES[regime]
+    slopes = None if slope_list is None else torch.tensor(slope_list)
+    q = torch.randn(B, H, n, D, generator=g) * mult
     k = torch.randn(B, H, n, D, generator=g)
     v = torch.randn(B, H, n, D, generator=g)
     small = [t[:, :, :64].contiguous() for t in (q, k, v)]
@@ -96,8 +112,8 @@ def run_case(n: int, regime: str, impls: list[str], reps: int, alpha: float, see
 
     calls = {
         "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
-        "fused": lambda: entmax_attention(q, k, v, alpha, impl="fused"),
-        "chunked": lambda: entmax_attention(q, k, v, alpha, impl="chunked"),
+        "fused": lambda: entmax_attention(q, k, v, alpha, alibi_slopes=slopes, impl="fused"),
+        "chunked": lambda: entmax_attention(q, k, v, alpha, alibi_slopes=slopes, impl="chunked"),
         "entmax_bisect": lambda: _materialized(q, k, v, lambda z: entmax_bisect(z, alpha)),
         "entmax15": lambda: _materialized(q, k, v, entmax15),
     }
@@ -105,11 +121,15 @@ def run_case(n: int, regime: str, impls: list[str], reps: int, alpha: float, see
         rows = torch.arange(n)
     else:
         rows = torch.cat([torch.randperm(n, generator=g)[: REF_SAMPLE_ROWS - 8], torch.arange(n - 8, n)])
-    ref = _reference_rows(q, k, v, rows, alpha)
+    ref = _reference_rows(q, k, v, rows, alpha, slopes)
     results = []
     with torch.no_grad():
         for name in impls:
             if name.startswith("entmax") and (n > MATERIALIZE_MAX or alpha != 1.5 and name == "entmax15"):
+                continue
+            if name.startswith("entmax") and slopes is not None:
+                continue  # the package baselines run without ALiBi
+            if name == "chunked" and n > CHUNKED_MAX:
                 continue
             times = []
             growth = 0
@@ -139,7 +159,8 @@ def _format(rows: list[dict[str, Any]]) -> str:
         ratio = f"{r['seconds'] / base:7.2f}" if base else f"{'-':>7}"
         err = f"{r['max_err']:9.1e}" if r["max_err"] is not None else f"{'-':>9}"
         lines.append(
-            f"{r['n']:>6} {r['regime']:>7} {r['impl']:>14} {r['seconds']:9.4f} {ratio} {r['peak_mib']:9.1f} {err}"
+            f"{r['n']:>6} {r['regime']:>7} {r['impl']:>14} {r['seconds']:9.4f} {ratio} "
+            f"{r['peak_mib']:9.1f} {err}"
         )
     return "\n".join(lines)
 
@@ -148,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="N = 1024, 4096 only")
     ap.add_argument("--sizes", type=int, nargs="*", help="sequence lengths (overrides --quick)")
-    ap.add_argument("--regimes", nargs="*", default=list(REGIMES), choices=list(REGIMES))
+    ap.add_argument("--regimes", nargs="*", default=list(DEFAULT_REGIMES), choices=list(REGIMES))
     ap.add_argument("--impls", nargs="*", default=list(IMPLS), choices=list(IMPLS))
     ap.add_argument("--reps", type=int, default=3, help="repeats per case (1 above N = 16384)")
     ap.add_argument("--alpha", type=float, default=1.5)
@@ -164,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     sizes = args.sizes or ([1024, 4096] if args.quick else [1024, 4096, 16384, 65536])
-    print(f"# cpus={os.cpu_count()} load={os.getloadavg()} alpha={args.alpha} B=1 H=4 D=32 causal", flush=True)
+    load = tuple(round(x, 2) for x in os.getloadavg())
+    print(f"# cpus={os.cpu_count()} load={load} alpha={args.alpha} B=1 H=4 D=32 causal", flush=True)
     all_rows: list[dict[str, Any]] = []
     for n in sizes:
         for regime in args.regimes:

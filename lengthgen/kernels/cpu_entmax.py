@@ -2,21 +2,25 @@
 
 Why this split. The one expensive thing is QKᵀ (2·D flops per visible pair); everything else is
 linear in the number of candidate keys. The best QKᵀ a CPU can do is a BLAS sgemm, which torch
-already ships (MKL/oneDNN, ~4× what numba's auto-vectorized loops reached on the development
-machine), so query blocks of scores are produced by ``torch.bmm`` into one reused buffer that holds
-``block_entries`` floats (no Nq×Nk allocation; the block stays in L2/L3). The numba kernel then
-walks the block in parallel over (batch·head, row group) and, per row:
+already ships (MKL/oneDNN; several times what numba's auto-vectorized loops reached on the
+development machine). So the work is cut into (head, query block) items whose score block fits a
+reused per-thread buffer (no Nq×Nk allocation); each worker thread computes its block with one
+single-threaded ``torch.mm`` and hands it to a single-threaded, GIL-free numba kernel that, per row:
 
-1. finds the row maximum m of x = (α−1)·z (scale, α−1 and the ALiBi slope are folded in);
-2. collects the candidates x_j > m − 1 into a small per-task buffer (τ ≥ m − 1, so nothing else can
-   be in the support); a row whose candidates overflow ``cap`` switches to a buffer as long as the
-   row — same algorithm, still exact, only slower (dense rows such as flat scores);
-3. solves τ: Newton from τ = m − 1, where f(τ) = Σ[x − τ]_+^(1/(α−1)) − 1 is convex and decreasing,
-   so the iterates increase monotonically towards the root, and entries at or below the current τ
-   are dropped for good; for α = 1.5 and α = 2 the final τ is the closed form on the found support;
-4. accumulates o = Σ p_j v_j over the support only (sparse PV), plus entropy/support if asked.
+1. adds the ALiBi bias (slope and α−1 folded in) and takes maxima of 16-key chunks, m = row max;
+2. bounds τ from below by τ of the chunk maxima (a subset of the keys, so its τ is never larger),
+   much tighter than the generic m − 1 (τ ∈ [m − 1, m − n^(1−α)] for x = (α−1)z);
+3. collects the keys above that bound, scanning only chunks whose maximum is above it, into a small
+   buffer (``cap``); a row with more candidates (flat scores) is a dense row: it keeps its scores
+   in place, gets its probabilities written over them, and the caller finishes it with one BLAS P·V;
+4. solves τ by Newton from the bound: f(τ) = Σ[x − τ]_+^(1/(α−1)) − 1 is convex and decreasing, so
+   the iterates increase monotonically to the root and keys at or below the current τ are dropped
+   for good; for α = 1.5 and α = 2 the final τ is the closed form on the found support;
+5. o = Σ p_j v_j over the support only (sparse PV), plus entropy/support if asked.
 
-All of τ's arithmetic is fp64 on the few candidates; scores and outputs are fp32.
+Heads with an ALiBi slope skip keys further left than a proven bound (see ``window_start``). τ's
+arithmetic is fp64 on the candidates; scores and outputs are fp32. Threads pull items biggest
+first; one thread per torch intra-op thread.
 """
 
 from __future__ import annotations
@@ -565,9 +569,11 @@ def fused_entmax_attention(
             )
             if n_dense:
                 # Dense rows: S now holds their probabilities; one BLAS P·V finishes them.
-                rows_d = np.nonzero(dense[0])[0]
-                pv = torch.mm(S[torch.from_numpy(rows_d)], vt[bh, j0:kmax]).numpy()
-                out[bh, r0 + rows_d] = pv
+                if n_dense == rows:
+                    out[bh, r0:r1] = torch.mm(S, vt[bh, j0:kmax]).numpy()
+                else:
+                    rows_d = np.nonzero(dense[0])[0]
+                    out[bh, r0 + rows_d] = torch.mm(S[torch.from_numpy(rows_d)], vt[bh, j0:kmax]).numpy()
             return n_dense
 
         n_over = _run_blocks(work, items, buf_len, threads)
