@@ -214,6 +214,9 @@ def run_command(
     selection: Selection | None = typer.Option(None, "--selection", help="Checkpoint selection: id or 8x."),
     param: list[str] = typer.Option(None, "--param", help="Task parameter key=value (repeatable)."),
     attn_option: list[str] = typer.Option(None, "--attn-option", help="Backend option key=value."),
+    override: list[str] = typer.Option(
+        None, "--set", help="Any config field SECTION.FIELD=VALUE, e.g. train.lr=5e-4 (repeatable)."
+    ),
     out: str = typer.Option("runs", "--out", help="Folder that receives the run folder."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
@@ -223,20 +226,26 @@ def run_command(
     from lengthgen.harness.run import execute, resolve_device
     from lengthgen.model import ModelConfig
     from lengthgen.presets import build_run_config
+    from lengthgen.sweep import parse_overrides
     from lengthgen.tasks import get_task
 
     with user_errors():
         task = get_task(task_name, **parse_params(param))
         backend_cls = ATTENTION.get(attn)
         get_position_scheme(pos)
+        try:
+            sets = parse_overrides(override)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
         options = backend_cls.Options(**parse_params(attn_option)).model_dump()
         config = build_run_config(
             task.name if ":" not in task_name else task_name, attn, pos=pos, preset=preset, seed=seed,
             task_params=parse_params(param), attn_options=options,
-            train_overrides={"steps": steps, "train_length": train_length,
+            train_overrides={**sets.get("train", {}), "steps": steps, "train_length": train_length,
                              "selection": selection.value if selection else None},
-            eval_overrides={"max_factor": max_factor, "samples": eval_samples,
+            eval_overrides={**sets.get("eval", {}), "max_factor": max_factor, "samples": eval_samples,
                             "min_samples": min(eval_samples, 16) if eval_samples else None},
+            arch_overrides=sets.get("arch"),
         )
         if config.train.train_length < task.min_length:
             raise UsageError(f"train length {config.train.train_length} is under the minimum of task "

@@ -1,8 +1,9 @@
 """One run end to end: build, train short, evaluate long, write the run folder.
 
 The run folder holds ``config.json``, ``model.pt``, ``results.parquet`` (one row per evaluation
-length) and ``accuracy_vs_length.png``. Every file is written atomically; a failed run (NaN
-loss, out of memory, an exception) still writes its rows with ``status = failed``.
+length), ``train_history.json`` (the learning curve) and ``accuracy_vs_length.png``. Every file is
+written atomically; a failed run (NaN loss, out of memory, an exception) still writes its rows
+with ``status = failed``.
 """
 
 from __future__ import annotations
@@ -103,8 +104,10 @@ def execute(
         base["params"] = model.num_parameters()
         trained = train(model, task, config, device, progress=progress)
         base.update(best_step=trained.best_step, train_seconds=trained.seconds)
-        torch.save({"config": config.model_dump(mode="json"), "state_dict": model.state_dict()},
-                   run_dir / "model.pt")
+        write_text_atomic(json.dumps(trained.history, indent=1) + "\n", run_dir / "train_history.json")
+        checkpoint = run_dir / ".model.pt.tmp"
+        torch.save({"config": config.model_dump(mode="json"), "state_dict": model.state_dict()}, checkpoint)
+        checkpoint.replace(run_dir / "model.pt")
         for factor in config.eval.factors():
             length = config.train.train_length * factor
             result = evaluate_length(model, task, length, factor, config.eval, device, progress=progress)
