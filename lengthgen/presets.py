@@ -24,7 +24,7 @@ QUICK: dict[str, dict[str, dict[str, Any]]] = {
     "max_retrieval": {
         "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
         "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
-        "eval": {"max_factor": 1024, "samples": 256, "min_samples": 64, "token_budget": 1_000_000},
+        "eval": {"max_factor": 1024, "samples": 256, "min_samples": 32, "token_budget": 600_000},
     },
     "mqmtar": {
         "arch": {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 256},
