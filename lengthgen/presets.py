@@ -38,12 +38,12 @@ QUICK: dict[str, dict[str, dict[str, Any]]] = {
     },
     "sort": {
         "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
-        "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
+        "train": {"steps": 4000, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
         "eval": {"max_factor": 8, "samples": 256},
     },
     "reverse": {
         "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
-        "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
+        "train": {"steps": 3000, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
         "eval": {"max_factor": 8, "samples": 256},
     },
     "flip_flop": {
