@@ -23,6 +23,10 @@ from torch import nn
 MATERIALIZE_LIMIT = 1 << 24
 #: Target number of score entries per chunk (B·H·rows·keys) on the chunked path.
 CHUNK_ENTRIES = 1 << 20
+#: On the chunked path the dispersion diagnostics are averaged over about this many evenly spaced
+#: query rows per layer (all rows when there are fewer): computing entropy on every row of a long
+#: sequence costs three times the attention itself, and the mean is what is reported.
+DIAGNOSTIC_ROWS = 2048
 
 
 class BackendOptions(BaseModel):
@@ -176,6 +180,7 @@ class AttentionBackend(nn.Module, ABC):
         if torch.is_grad_enabled() or b * h * nq * nk <= MATERIALIZE_LIMIT:
             return self._attend_block(q, k, v, q_pos, slopes, scale, stats)
         rows = max(1, CHUNK_ENTRIES // max(1, b * h * nk))
+        stride = max(1, nq // DIAGNOSTIC_ROWS)
         outputs = []
         for start in range(0, nq, rows):
             block_pos = q_pos[start : start + rows]
@@ -183,7 +188,7 @@ class AttentionBackend(nn.Module, ABC):
             outputs.append(
                 self._attend_block(
                     q[:, :, start : start + rows], k[:, :, :visible], v[:, :, :visible],
-                    block_pos, slopes, scale, stats,
+                    block_pos, slopes, scale, stats, stats_rows=slice((-start) % stride, None, stride),
                 )
             )
         return torch.cat(outputs, dim=2)
@@ -197,13 +202,14 @@ class AttentionBackend(nn.Module, ABC):
         slopes: torch.Tensor | None,
         scale: float,
         stats: AttentionStats | None,
+        stats_rows: slice = slice(None),
     ) -> torch.Tensor:
         scores = score_block(q, k, q_pos, slopes, scale)
         p = self.normalize(scores)
         if stats is not None:
             with torch.no_grad():
-                visible = (q_pos + 1).clamp_max(k.shape[-2])
-                entropy, support = row_diagnostics(p, visible)
+                visible = (q_pos[stats_rows] + 1).clamp_max(k.shape[-2])
+                entropy, support = row_diagnostics(p[:, :, stats_rows], visible)
                 stats.add(self.spec.layer_index, entropy, support)
         return torch.matmul(p.to(v.dtype), v)
 
