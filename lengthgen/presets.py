@@ -32,8 +32,8 @@ QUICK: dict[str, dict[str, dict[str, Any]]] = {
         "eval": {"max_factor": 1024, "samples": 256, "min_samples": 8, "token_budget": 300_000},
     },
     "copy": {
-        "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
-        "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
+        "arch": {"n_layers": 2, "d_model": 128, "n_heads": 8, "d_ff": 512},
+        "train": {"steps": 3000, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
         "eval": {"max_factor": 64, "samples": 256},
     },
     "sort": {
@@ -42,7 +42,7 @@ QUICK: dict[str, dict[str, dict[str, Any]]] = {
         "eval": {"max_factor": 8, "samples": 256},
     },
     "reverse": {
-        "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
+        "arch": {"n_layers": 2, "d_model": 128, "n_heads": 8, "d_ff": 512},
         "train": {"steps": 3000, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
         "eval": {"max_factor": 8, "samples": 256},
     },
