@@ -223,7 +223,7 @@ def run_command(
     """Train a model short, evaluate it at 1x..max-factor x the training length, write results."""
     from lengthgen.attention import ATTENTION
     from lengthgen.attention.positions import get_position_scheme
-    from lengthgen.harness.run import execute, resolve_device
+    from lengthgen.harness.run import execute, resolve_device, safe_name
     from lengthgen.model import ModelConfig
     from lengthgen.presets import build_run_config
     from lengthgen.sweep import parse_overrides
@@ -256,7 +256,7 @@ def run_command(
             resolve_device(device.value)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    typer.echo(f"run {config.run_id()}: {config.task} / {config.attn} ({config.pos}), preset "
+    typer.echo(f"run {safe_name(config.run_id())}: {config.task} / {config.attn} ({config.pos}), preset "
                f"{config.preset}, L={config.train.train_length}, {config.train.steps} steps, "
                f"eval up to {config.eval.max_factor}x", err=True)
     frame = execute(config, out, device_name=device.value, progress=not quiet)
