@@ -20,9 +20,14 @@ DEFAULT: dict[str, dict[str, Any]] = {
     "eval": {"max_factor": 64, "samples": 128},
 }
 
+#: The two quick model sizes: a small one, and a wider one (8 heads: 4 ALiBi + 4 NoPE under NAPE)
+#: for the tasks that need position matching (copy, reverse).
+_SMALL: dict[str, Any] = {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256}
+_WIDE: dict[str, Any] = {"n_layers": 2, "d_model": 128, "n_heads": 8, "d_ff": 512}
+
 QUICK: dict[str, dict[str, dict[str, Any]]] = {
     "max_retrieval": {
-        "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
+        "arch": _SMALL,
         "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
         "eval": {"max_factor": 1024, "samples": 256, "min_samples": 32, "token_budget": 600_000},
     },
@@ -32,22 +37,22 @@ QUICK: dict[str, dict[str, dict[str, Any]]] = {
         "eval": {"max_factor": 1024, "samples": 256, "min_samples": 8, "token_budget": 300_000},
     },
     "copy": {
-        "arch": {"n_layers": 2, "d_model": 128, "n_heads": 8, "d_ff": 512},
+        "arch": _WIDE,
         "train": {"steps": 3000, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
         "eval": {"max_factor": 64, "samples": 256},
     },
     "sort": {
-        "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
+        "arch": _SMALL,
         "train": {"steps": 4000, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
         "eval": {"max_factor": 8, "samples": 256},
     },
     "reverse": {
-        "arch": {"n_layers": 2, "d_model": 128, "n_heads": 8, "d_ff": 512},
+        "arch": _WIDE,
         "train": {"steps": 3000, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
         "eval": {"max_factor": 8, "samples": 256},
     },
     "flip_flop": {
-        "arch": {"n_layers": 2, "d_model": 64, "n_heads": 4, "d_ff": 256},
+        "arch": _SMALL,
         "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 32},
         "eval": {"max_factor": 64, "samples": 256},
     },
