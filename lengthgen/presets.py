@@ -34,7 +34,7 @@ QUICK: dict[str, dict[str, dict[str, Any]]] = {
     "mqmtar": {
         "arch": {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 256},
         "train": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 200, "train_length": 64},
-        "eval": {"max_factor": 1024, "samples": 256, "min_samples": 8, "token_budget": 300_000},
+        "eval": {"max_factor": 1024, "samples": 256, "min_samples": 4, "token_budget": 150_000},
     },
     "copy": {
         "arch": _WIDE,
