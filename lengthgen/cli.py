@@ -346,13 +346,15 @@ def sweep_command(
                err=True)
     report = sw.SweepReport(len(configs), 0, 0)
     try:
-        sw.run_sweep(configs, out, launcher=launcher.value, device=device.value, jobs=jobs,
-                  ray_address=ray_address, retry_failed=retry_failed, progress=not quiet, report=report)
-    except KeyboardInterrupt:
+        with sw.sigterm_stops_cleanly():
+            sw.run_sweep(configs, out, launcher=launcher.value, device=device.value, jobs=jobs,
+                         ray_address=ray_address, retry_failed=retry_failed, progress=not quiet,
+                         report=report)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM
         report.interrupted = True
         for line in sw.summarize(report, out):
             typer.echo(line, err=True)
-        raise typer.Exit(code=130) from None
+        raise typer.Exit(code=143 if isinstance(stop, sw.SweepTerminated) else 130) from None
     for line in sw.summarize(report, out):
         typer.echo(line, err=True)
 

@@ -15,9 +15,11 @@ function serves the local and the Ray launcher, so both produce the same dataset
 from __future__ import annotations
 
 import os
+import signal
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -461,6 +463,32 @@ def parse_overrides(pairs: Sequence[str] | None) -> dict[str, dict[str, Any]]:
             value = raw
         out.setdefault(section, {})[key] = value
     return out
+
+
+class SweepTerminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``scancel``, a scheduler's preemption) taking the Ctrl-C path.
+
+    A background job started by a non-interactive shell ignores SIGINT, and batch schedulers stop
+    jobs with SIGTERM; both should stop a sweep as cleanly as Ctrl-C does.
+    """
+
+
+@contextmanager
+def sigterm_stops_cleanly() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`SweepTerminated` (main thread only)."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise SweepTerminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def summarize(report: SweepReport, out: str | os.PathLike[str]) -> Iterable[str]:

@@ -89,6 +89,42 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     assert again.exit_code == 0 and "0 ok, 0 failed this time; 4 already recorded" in again.output
 
 
+@pytest.mark.parametrize(("stop", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_stop_cleanly(tmp_path: Path, stop: signal.Signals, code: int) -> None:
+    """Ctrl-C and SIGTERM (kill, scancel) stop the sweep with a summary; a rerun finishes the grid."""
+    out = tmp_path / "sweep"
+    grid = ["--task", "copy", "--attn", "softmax", "--seeds", "0-3"]
+    cmd = [sys.executable, "-m", "lengthgen.cli", "sweep", *grid, *TINY, "--out", str(out)]
+
+    def default_sigint() -> None:  # a shell's background job would inherit SIGINT ignored
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=default_sigint)
+    deadline = time.monotonic() + 120
+    try:
+        while not list((out / "data").glob("*.parquet")):
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "no data file within 120 s"
+            time.sleep(0.02)
+        proc.send_signal(stop)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    message = stderr.decode()
+    assert proc.returncode == code, message
+    assert "interrupted:" in message and "run the same command again to resume" in message
+    first = {p.stem for p in (out / "data").glob("*.parquet")}
+    expected = _keys("copy", "softmax", "0-3")
+    assert first and first < expected
+    assert all(run_state(data_path(out, key)) == "ok" for key in first)
+
+    result = _sweep(out, *grid)
+    assert result.exit_code == 0, result.output
+    assert {p.stem for p in (out / "data").glob("*.parquet")} == expected
+
+
 def test_failures_recorded_skipped_and_retried(tmp_path: Path) -> None:
     plugin = tmp_path / "nanattn.py"
     plugin.write_text(NAN_PLUGIN)
