@@ -518,11 +518,13 @@ def _sweep_flags(task: str, config: dict[str, Any]) -> tuple[str, ...] | None:
 
 def _sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
     """`lengthgen sweep` commands that rebuild the runs in the rows: one per set of tasks sharing
-    backends, positions, seeds and recipe (flags only where they differ from the preset)."""
+    backends, position scheme, seeds and recipe (flags only where they differ from the preset).
+    Position schemes get separate commands so that a scheme run with only some backends is not
+    crossed with all of them."""
     groups: dict[tuple[str, ...], list[str]] = {}
     grid_fields = ("seed", "attn", "attn_options", "pos")  # what varies inside one sweep command
     frame = rows.assign(recipe=[_recipe(c, grid_fields) for c in rows["config_json"]])
-    for (task, _), group in frame.groupby(["task", "recipe"], sort=True):
+    for (task, _, _), group in frame.groupby(["task", "recipe", "pos"], sort=True, dropna=False):
         known = sorted(group["config_json"].dropna())
         flags = _sweep_flags(task, json.loads(known[0])) if known else None
         if flags is None:

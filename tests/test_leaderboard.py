@@ -29,14 +29,14 @@ runner = CliRunner()
 
 
 def make_rows(exact: dict[tuple[str, int], list[float]], task: str = "copy", n: int = 100,
-              failed: tuple[tuple[str, int], ...] = ()) -> pd.DataFrame:
+              failed: tuple[tuple[str, int], ...] = (), pos: str = "nape") -> pd.DataFrame:
     """Rows for runs (attn, seed) with the given exact match at factors 1, 2, 4, … (one value each)."""
     rows = []
     for (attn, seed), values in sorted(exact.items()):
-        config = build_run_config(task, attn, seed=seed, train_overrides={"steps": 10},
+        config = build_run_config(task, attn, pos=pos, seed=seed, train_overrides={"steps": 10},
                                   eval_overrides={"max_factor": 2 ** (len(values) - 1), "samples": n})
-        run_id = f"{task}-{attn}-nape-s{seed}-{config.config_hash()[:8]}"
-        base = {"run_id": run_id, "task": task, "attn": attn, "pos": "nape", "seed": seed, "preset": "quick",
+        run_id = f"{task}-{attn}-{pos}-s{seed}-{config.config_hash()[:8]}"
+        base = {"run_id": run_id, "task": task, "attn": attn, "pos": pos, "seed": seed, "preset": "quick",
                 "train_length": 16, "steps": 10,
                 "selection": "id", "device": "cpu", "lengthgen_version": "0.1.0", "torch_version": "2.x",
                 "config_hash": config.config_hash(), "config_json": config.canonical_json(),
@@ -146,6 +146,24 @@ def test_outputs_are_deterministic(tmp_path: Path) -> None:
            "--steps 10 --max-factor 8 --eval-samples 100 --out sweep" in readme
     csv = first["leaderboard.csv"].decode().splitlines()
     assert csv[0].startswith("task,source,method,pos,recipe,factor,eval_length,n_seeds,exact_match,ci_lo")
+
+
+def test_reproduce_commands_keep_position_schemes_apart() -> None:
+    """A scheme run with only some backends gets its own command, not the cross product."""
+    nape = make_rows(ROWS)
+    curves = {("softmax", 0): [1.0, 0.9, 0.8, 0.7], ("softmax", 1): [1.0, 0.8, 0.7, 0.6]}
+    alibi = make_rows(curves, pos="alibi")
+    readme = render(pd.concat([nape, alibi], ignore_index=True), source="sweep").files["README.md"].decode()
+    commands = [line for line in readme.splitlines() if line.startswith("lengthgen sweep")]
+    assert commands == [
+        "lengthgen sweep --task copy --attn asentmax,softmax --pos nape --seeds 0,1,2 --preset quick "
+        "--steps 10 --max-factor 8 --eval-samples 100 --out sweep",
+        "lengthgen sweep --task copy --attn softmax --pos alibi --seeds 0,1 --preset quick --steps 10 "
+        "--max-factor 8 --eval-samples 100 --out sweep",
+    ]
+    _, table = task_table(summarize(pd.concat([nape, alibi], ignore_index=True)), "copy")
+    assert [(r.method, r.pos) for r in table][:3] == [("asentmax", "nape"), ("softmax", "alibi"),
+                                                      ("softmax", "nape")]
 
 
 def test_leaderboard_and_plot_commands(tmp_path: Path) -> None:
