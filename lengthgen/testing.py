@@ -113,12 +113,15 @@ def forced_chunking(chunk_entries: int = 1) -> Iterator[None]:
 
     ``chunk_entries`` is the score budget per chunk (B·H·rows·keys); 1 means one query row per chunk.
     """
-    saved = backend_module.MATERIALIZE_LIMIT, backend_module.CHUNK_ENTRIES
-    backend_module.MATERIALIZE_LIMIT, backend_module.CHUNK_ENTRIES = 0, chunk_entries
+    names = ("MATERIALIZE_LIMIT", "CHUNK_ENTRIES", "MIN_CHUNK_ROWS")
+    saved = [getattr(backend_module, name) for name in names]
+    for name, value in zip(names, (0, chunk_entries, 1), strict=True):
+        setattr(backend_module, name, value)
     try:
         yield
     finally:
-        backend_module.MATERIALIZE_LIMIT, backend_module.CHUNK_ENTRIES = saved
+        for name, value in zip(names, saved, strict=True):
+            setattr(backend_module, name, value)
 
 
 def _chunk_settings(n_keys: int) -> list[int]:

@@ -158,10 +158,23 @@ def test_chunked_path_equals_materialized(name, monkeypatch):
         full = backend(q, k, v, x, positions, slopes, full_stats)
         monkeypatch.setattr(backend_module, "MATERIALIZE_LIMIT", 0)
         monkeypatch.setattr(backend_module, "CHUNK_ENTRIES", 2 * 4 * 37 * 5)  # 5-row blocks
+        monkeypatch.setattr(backend_module, "MIN_CHUNK_ROWS", 1)
         chunked = backend(q, k, v, x, positions, slopes, chunk_stats)
     torch.testing.assert_close(chunked, full, atol=1e-6, rtol=1e-5)
     assert chunk_stats.entropy == pytest.approx(full_stats.entropy, rel=1e-5)
     assert chunk_stats.support == pytest.approx(full_stats.support, rel=1e-6)
+
+
+def test_chunk_rows_policy():
+    """Rows per chunk: the entry target, at least MIN_CHUNK_ROWS unless that breaks the memory cap."""
+    from lengthgen.attention.backend import CHUNK_ENTRIES, MAX_CHUNK_ENTRIES, MIN_CHUNK_ROWS, chunk_rows
+
+    assert (CHUNK_ENTRIES, MIN_CHUNK_ROWS, MAX_CHUNK_ENTRIES) == (1 << 20, 64, 1 << 25)
+    assert chunk_rows(4 * 1000) == 262  # short rows: the entry target gives plenty of rows
+    assert chunk_rows(4 * 65536) == 64  # the target alone would give 4 rows
+    assert chunk_rows(16 * 65536) == 32  # 64 rows would be 2^26 entries: capped at 2^25
+    assert chunk_rows(1 << 30) == 1  # one row is always allowed
+    assert chunk_rows(0) == CHUNK_ENTRIES
 
 
 @pytest.mark.parametrize("pos", list(POSITION_SCHEMES))

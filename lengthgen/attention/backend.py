@@ -23,6 +23,12 @@ from torch import nn
 MATERIALIZE_LIMIT = 1 << 24
 #: Target number of score entries per chunk (B·H·rows·keys) on the chunked path.
 CHUNK_ENTRIES = 1 << 20
+#: Fewest query rows per chunk. Every chunk reads all B·H·Nk keys and values (2·D numbers per key),
+#: so with a handful of rows that re-reading dwarfs the score work and long evaluation turns cubic
+#: (65,536 tokens: 3 rows per chunk at the target above, 16x slower than 32,768 instead of 4x).
+MIN_CHUNK_ROWS = 64
+#: ...unless that breaks this memory bound on one chunk's scores (huge B·H·Nk).
+MAX_CHUNK_ENTRIES = 1 << 25
 #: On the chunked path the dispersion diagnostics are averaged over about this many evenly spaced
 #: query rows per layer (all rows when there are fewer): computing entropy on every row of a long
 #: sequence costs three times the attention itself, and the mean is what is reported.
@@ -91,6 +97,12 @@ def row_diagnostics(p: torch.Tensor, visible: torch.Tensor) -> tuple[torch.Tenso
     normalized = torch.where(denom > 0, entropy / denom.clamp_min(1e-12), torch.zeros_like(entropy))
     support = torch.count_nonzero(p, dim=-1).float()
     return normalized, support
+
+
+def chunk_rows(entries_per_row: int) -> int:
+    """Query rows per chunk: the entry target, raised to MIN_CHUNK_ROWS within MAX_CHUNK_ENTRIES."""
+    per_row = max(1, entries_per_row)
+    return max(1, CHUNK_ENTRIES // per_row, min(MIN_CHUNK_ROWS, MAX_CHUNK_ENTRIES // per_row))
 
 
 def score_block(
@@ -179,7 +191,7 @@ class AttentionBackend(nn.Module, ABC):
         nk = k.shape[-2]
         if torch.is_grad_enabled() or b * h * nq * nk <= MATERIALIZE_LIMIT:
             return self._attend_block(q, k, v, q_pos, slopes, scale, stats)
-        rows = max(1, CHUNK_ENTRIES // max(1, b * h * nk))
+        rows = chunk_rows(b * h * nk)
         stride = max(1, nq // DIAGNOSTIC_ROWS)
         outputs = []
         for start in range(0, nq, rows):
