@@ -3,16 +3,18 @@
 Usage:
     python benchmarks/attention_chunked.py [--lengths 16384,32768] [--heads 4] [--dim 32]
 
-Every chunk reads all visible keys and values once. The old policy sized chunks by score entries
-alone (2^20), which leaves 3-4 query rows per chunk at 65,536 keys, so re-reading K and V
-dominates and the cost grows like N^3; the new one keeps at least MIN_CHUNK_ROWS rows. Both are
-timed here in one process on the same inputs (softmax under NAPE slopes, causal, B = 1), and their
-outputs are compared.
+Every chunk re-reads all visible keys and values, and its score block grows with the visible keys.
+The old policy sized chunks by score entries alone (2^20), which leaves 4 query rows per chunk at
+65,536 keys; the new one keeps at least MIN_CHUNK_ROWS rows. Both are timed here in one process on
+the same inputs (softmax under NAPE slopes, causal, B = 1), new first, and their outputs compared.
+"peak MiB" is the process's peak resident memory after each call (so the old path's column is the
+peak of both).
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 import torch
@@ -35,6 +37,10 @@ def timed(backend: Softmax, inputs: tuple[torch.Tensor, ...], min_rows: int) -> 
         backend_module.MIN_CHUNK_ROWS = saved
 
 
+def peak_mib() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # Linux reports KiB
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -50,18 +56,21 @@ def main() -> None:
     print(f"threads={torch.get_num_threads()} heads={args.heads} dim={args.dim} "
           f"MIN_CHUNK_ROWS={backend_module.MIN_CHUNK_ROWS}")
     print(f"{'N':>7} {'rows old':>8} {'rows new':>8} {'old s':>8} {'new s':>8} {'speed-up':>8} "
-          f"{'max |diff|':>10}")
+          f"{'max |diff|':>10} {'peak new':>9} {'peak old':>9}")
     for n in (int(x) for x in args.lengths.split(",")):
         gen = torch.Generator().manual_seed(n)
         q, k, v = (torch.randn(1, args.heads, n, args.dim, generator=gen) for _ in range(3))
         x = torch.zeros(1, n, args.heads * args.dim)
         inputs = (q, k, v, x, torch.arange(n), slopes, None)
-        old_s, old = timed(backend, inputs, 1)
         new_s, new = timed(backend, inputs, backend_module.MIN_CHUNK_ROWS)
+        new_peak = peak_mib()
+        old_s, old = timed(backend, inputs, 1)
+        old_peak = peak_mib()
         per_row = args.heads * n
         old_rows = max(1, backend_module.CHUNK_ENTRIES // per_row)
         print(f"{n:>7} {old_rows:>8} {backend_module.chunk_rows(per_row):>8} {old_s:>8.2f} {new_s:>8.2f} "
-              f"{old_s / new_s:>8.2f} {float((old - new).abs().max()):>10.2e}", flush=True)
+              f"{old_s / new_s:>8.2f} {float((old - new).abs().max()):>10.2e} {new_peak:>9} {old_peak:>9}",
+              flush=True)
 
 
 if __name__ == "__main__":

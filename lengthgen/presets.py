@@ -31,8 +31,8 @@ QUICK: dict[str, dict[str, dict[str, Any]]] = {
         "train": {"steps": 1500, "batch_size": 64, "lr": 2e-3, "warmup_steps": 100, "train_length": 16},
         "eval": {"max_factor": 1024, "samples": 256, "min_samples": 32, "token_budget": 600_000},
     },
-    # MQMTAR stops at 256x (16,384 context tokens): at 1024x the exact softmax-family path costs
-    # about 15 CPU-minutes of evaluation per run; `--max-factor 1024` goes the paper's whole way.
+    # MQMTAR stops at 256x (16,384 context tokens) so that 15 runs fit a CPU sitting: 1024x adds
+    # about a minute per sample on the softmax-family path; `--max-factor 1024` goes all the way.
     "mqmtar": {
         "arch": {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 256},
         "train": {"steps": 2000, "batch_size": 64, "lr": 1e-3, "warmup_steps": 200, "train_length": 64},

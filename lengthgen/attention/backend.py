@@ -23,9 +23,11 @@ from torch import nn
 MATERIALIZE_LIMIT = 1 << 24
 #: Target number of score entries per chunk (B·H·rows·keys) on the chunked path.
 CHUNK_ENTRIES = 1 << 20
-#: Fewest query rows per chunk. Every chunk reads all B·H·Nk keys and values (2·D numbers per key),
-#: so with a handful of rows that re-reading dwarfs the score work and long evaluation turns cubic
-#: (65,536 tokens: 3 rows per chunk at the target above, 16x slower than 32,768 instead of 4x).
+#: Fewest query rows per chunk. Every chunk re-reads all B·H·Nk keys and values, and its score
+#: block grows with the visible keys; with the handful of rows the target above leaves at long
+#: lengths (4 at 65,536 keys, B·H = 4) the growing blocks fragmented the heap past 12 GB resident
+#: and evaluation slowed about 4x beyond quadratic. At 64 rows: 576 MiB peak
+#: (benchmarks/attention_chunked.py compares both).
 MIN_CHUNK_ROWS = 64
 #: ...unless that breaks this memory bound on one chunk's scores (huge B·H·Nk).
 MAX_CHUNK_ENTRIES = 1 << 25
