@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -54,20 +55,32 @@ def _sweep(out: Path, *args: str) -> object:
     return runner.invoke(app, ["sweep", *args, *TINY, "--out", str(out)])
 
 
-def test_resume_after_sigkill(tmp_path: Path) -> None:
-    out = tmp_path / "sweep"
-    grid = ["--task", "copy", "--attn", "softmax", "--seeds", "0-3"]
+def _start_sweep(out: Path, grid: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """A sweep in a subprocess, returned once its first run is recorded (it is still running)."""
     cmd = [sys.executable, "-m", "lengthgen.cli", "sweep", *grid, *TINY, "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **popen)
     deadline = time.monotonic() + 120
     try:
         while not list((out / "data").glob("*.parquet")):
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             assert time.monotonic() < deadline, "no data file within 120 s"
             time.sleep(0.02)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+    except BaseException:
+        proc.kill()
         proc.wait()
+        raise
+    return proc
+
+
+SWEEP_GRID = ["--task", "copy", "--attn", "softmax", "--seeds", "0-3"]
+
+
+def test_resume_after_sigkill(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    grid = SWEEP_GRID
+    proc = _start_sweep(out, grid, start_new_session=True)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
     assert proc.returncode == -signal.SIGKILL
     expected = _keys("copy", "softmax", "0-3")
     first = {p.stem for p in (out / "data").glob("*.parquet")}
@@ -93,20 +106,13 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
 def test_ctrl_c_and_sigterm_stop_cleanly(tmp_path: Path, stop: signal.Signals, code: int) -> None:
     """Ctrl-C and SIGTERM (kill, scancel) stop the sweep with a summary; a rerun finishes the grid."""
     out = tmp_path / "sweep"
-    grid = ["--task", "copy", "--attn", "softmax", "--seeds", "0-3"]
-    cmd = [sys.executable, "-m", "lengthgen.cli", "sweep", *grid, *TINY, "--out", str(out)]
+    grid = SWEEP_GRID
 
     def default_sigint() -> None:  # a shell's background job would inherit SIGINT ignored
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=default_sigint)
-    deadline = time.monotonic() + 120
+    proc = _start_sweep(out, grid, preexec_fn=default_sigint)
     try:
-        while not list((out / "data").glob("*.parquet")):
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline, "no data file within 120 s"
-            time.sleep(0.02)
         proc.send_signal(stop)
         _, stderr = proc.communicate(timeout=60)
     finally:
