@@ -15,7 +15,7 @@ from lengthgen.config import EvalConfig, RunConfig
 from lengthgen.harness.evaluate import wilson_interval
 from lengthgen.harness.results import COLUMNS, read_results
 from lengthgen.harness.run import build, execute
-from lengthgen.harness.train import lr_at, train, train_lengths
+from lengthgen.harness.train import lr_at, train, train_lengths, validate
 from lengthgen.model import ModelConfig, Transformer
 from lengthgen.presets import PAPER, build_run_config
 
@@ -83,6 +83,20 @@ def test_tiny_training_run_learns(attn):
     assert math.isfinite(last["loss"]) and last["loss"] < math.log(task.vocab.size)
 
 
+@pytest.mark.parametrize("selection", ["id", "8x"])
+def test_selected_checkpoint_records_validation_at_1x_and_8x(selection):
+    """Both validation scores belong to the checkpoint that was kept, whichever rule kept it."""
+    config = tiny_config("softmax", train_overrides={**TINY["train_overrides"], "steps": 60, "val_every": 20,
+                                                      "selection": selection})
+    task, model = build(config)
+    result = train(model, task, config, torch.device("cpu"), progress=False)
+    length, n, batch = config.train.train_length, config.train.val_samples, config.train.batch_size
+    assert result.val_exact_id == validate(model, task, length, n, torch.device("cpu"), batch)
+    assert result.val_exact_8x == validate(model, task, 8 * length, n, torch.device("cpu"), batch)
+    chosen = result.val_exact_id if selection == "id" else result.val_exact_8x
+    assert chosen == result.best_val_exact == max(h["val_exact"] for h in result.history)
+
+
 def test_run_writes_folder_schema_and_is_deterministic(tmp_path):
     config = tiny_config("asentmax", train_overrides={**TINY["train_overrides"], "steps": 40})
     first = execute(config, tmp_path / "a", progress=False)
@@ -94,6 +108,7 @@ def test_run_writes_folder_schema_and_is_deterministic(tmp_path):
     assert tuple(frame.columns) == COLUMNS
     assert list(frame["factor"]) == [1, 2] and list(frame["eval_length"]) == [6, 12]
     assert (frame["status"] == "ok").all()
+    assert frame["val_exact_id"].between(0, 1).all() and frame["val_exact_8x"].between(0, 1).all()
     assert (frame["exact_match_lo"] <= frame["exact_match"]).all()
     assert (frame["exact_match"] <= frame["exact_match_hi"]).all()
     volatile = ["train_seconds", "eval_seconds", "created_at"]

@@ -103,7 +103,8 @@ def execute(
         model.to(device)
         base["params"] = model.num_parameters()
         trained = train(model, task, config, device, progress=progress)
-        base.update(best_step=trained.best_step, train_seconds=trained.seconds)
+        base.update(best_step=trained.best_step, train_seconds=trained.seconds,
+                    val_exact_id=trained.val_exact_id, val_exact_8x=trained.val_exact_8x)
         write_text_atomic(json.dumps(trained.history, indent=1) + "\n", run_dir / "train_history.json")
         checkpoint = run_dir / ".model.pt.tmp"
         torch.save({"config": config.model_dump(mode="json"), "state_dict": model.state_dict()}, checkpoint)

@@ -24,6 +24,10 @@ from lengthgen.tasks.base import Task
 #: Seed component that separates the validation stream from the test stream (seed 0, eval split).
 VALIDATION_SEED = 1
 
+#: Lengths (multiples of the training length) at which the selected checkpoint's validation exact
+#: match is recorded: in distribution, and the paper's 8x.
+VALIDATION_FACTORS = (1, 8)
+
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite."""
@@ -37,6 +41,10 @@ class TrainResult:
     best_val_exact: float
     selection: str
     val_length: int
+    #: Validation exact match of the selected checkpoint at the training length and at 8x, recorded
+    #: whichever rule selected it, so a leaderboard can rank settings by either rule afterwards.
+    val_exact_id: float = float("nan")
+    val_exact_8x: float = float("nan")
     history: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -118,6 +126,13 @@ def train(
     bar.close()
     if best_state is not None:
         model.load_state_dict(best_state)
+    scores = {}
+    for factor in VALIDATION_FACTORS:
+        length = t.train_length * factor
+        if best_state is not None and length == val_length:
+            scores[factor] = best_exact  # the selected checkpoint's own score on the same stream
+        else:
+            scores[factor] = validate(model, task, length, t.val_samples, device, t.batch_size)
     model.eval()
     return TrainResult(
         steps=t.steps,
@@ -126,5 +141,7 @@ def train(
         best_val_exact=max(best_exact, 0.0),
         selection=t.selection,
         val_length=val_length,
+        val_exact_id=scores[1],
+        val_exact_8x=scores[8],
         history=history,
     )
