@@ -365,15 +365,18 @@ def leaderboard_command(
     out: str = typer.Option(..., "--out", help="Folder for README.md, leaderboard.csv/.html and plots/."),
     title: str = typer.Option("lengthgen leaderboard", "--title"),
     hardware: str | None = typer.Option(None, "--hardware", help="Hardware note for the README."),
+    commit: str | None = typer.Option(
+        None, "--commit", envvar="LENGTHGEN_COMMIT",
+        help="Commit the page names (default: the last git commit that touched the data)."),
 ) -> None:
-    """Tables (mean and 95% CI over seeds, effective length, paper numbers) and plots from results."""
+    """Tables (mean and 95% CI over seeds, learned seeds, selected settings, paper rows) and plots."""
     from lengthgen.leaderboard import load_rows, write_leaderboard
 
     with user_errors():
         rows = load_rows(results)
         if rows.empty:
             raise UsageError(f"no results under {results!r} (expected DIR/data/*.parquet from a sweep)")
-    for path in write_leaderboard(rows, out, title=title, source=results, hardware=hardware):
+    for path in write_leaderboard(rows, out, title=title, source=results, hardware=hardware, commit=commit):
         typer.echo(str(path))
 
 
@@ -386,14 +389,19 @@ class PlotKind(str, Enum):
 def plot_command(
     results: str = typer.Argument(..., help="Sweep folder (its data/ is read) or results folder/file."),
     task_name: str = typer.Option(..., "--task", help="Task to plot."),
-    output: str = typer.Option(..., "-o", "--output", help="PNG file to write."),
+    output: str = typer.Option(..., "-o", "--output", help="Figure to write: .svg or .png (200 dpi)."),
     kind: PlotKind = typer.Option(PlotKind.exact, "--kind",
                                   help="exact: exact match vs length; dispersion: entropy and support."),
 ) -> None:
-    """One figure for one task: exact match vs length (CI band), or attention entropy/support."""
+    """One figure for one task, as on the leaderboard: exact match vs length, or attention entropy/support."""
+    from pathlib import Path
+
     from lengthgen.leaderboard import load_rows, plot_dispersion, plot_exact_match
 
     with user_errors():
+        suffix = Path(output).suffix.lower()
+        if suffix not in (".svg", ".png"):
+            raise UsageError(f"bad --output {output!r}: the file name must end in .svg or .png")
         rows = load_rows(results)
         tasks = sorted(rows.loc[rows["status"] == "ok", "task"].dropna().unique())
         if task_name not in tasks:

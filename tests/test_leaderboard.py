@@ -1,5 +1,6 @@
-"""Leaderboard: intervals and effective length on hand-made rows, the paper rows, determinism
-(byte-identical outputs, independent of row order), and the ``leaderboard``/``plot`` commands."""
+"""Leaderboard: intervals and effective length on hand-made rows, learned seeds, selection of settings
+by validation (never test) scores, the paper-protocol row, determinism (byte-identical outputs,
+independent of row order), and the ``leaderboard``/``plot`` commands."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from scipy import stats as scipy_stats
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
@@ -15,8 +17,11 @@ from lengthgen.harness.evaluate import wilson_interval
 from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
 from lengthgen.leaderboard import (
     PAPER_LABEL,
+    PROTOCOL_LABEL,
     effective_length,
+    effective_table,
     load_rows,
+    markdown,
     render,
     seed_interval,
     summarize,
@@ -26,18 +31,22 @@ from lengthgen.leaderboard import (
 from lengthgen.presets import build_run_config
 
 runner = CliRunner()
+REPO = Path(__file__).resolve().parents[1]
 
 
 def make_rows(exact: dict[tuple[str, int], list[float]], task: str = "copy", n: int = 100,
-              failed: tuple[tuple[str, int], ...] = (), pos: str = "nape") -> pd.DataFrame:
-    """Rows for runs (attn, seed) with the given exact match at factors 1, 2, 4, … (one value each)."""
+              failed: tuple[tuple[str, int], ...] = (), pos: str = "nape", lr: float | None = None,
+              val: dict[tuple[str, int], tuple[float, float]] | None = None) -> pd.DataFrame:
+    """Rows for runs (attn, seed) with the given exact match at factors 1, 2, 4, … (one value each);
+    ``val`` gives a run's (1×, 8×) validation exact match (absent: rows that predate those columns)."""
     rows = []
     for (attn, seed), values in sorted(exact.items()):
-        config = build_run_config(task, attn, pos=pos, seed=seed, train_overrides={"steps": 10},
+        config = build_run_config(task, attn, pos=pos, seed=seed, train_overrides={"steps": 10, "lr": lr},
                                   eval_overrides={"max_factor": 2 ** (len(values) - 1), "samples": n})
         run_id = f"{task}-{attn}-{pos}-s{seed}-{config.config_hash()[:8]}"
+        val_id, val_8x = (val or {}).get((attn, seed), (None, None))
         base = {"run_id": run_id, "task": task, "attn": attn, "pos": pos, "seed": seed, "preset": "quick",
-                "train_length": 16, "steps": 10,
+                "train_length": 16, "steps": 10, "val_exact_id": val_id, "val_exact_8x": val_8x,
                 "selection": "id", "device": "cpu", "lengthgen_version": "0.1.0", "torch_version": "2.x",
                 "config_hash": config.config_hash(), "config_json": config.canonical_json(),
                 "train_seconds": 30.0, "created_at": f"2026-01-0{seed + 1}T00:00:00+00:00"}
@@ -63,13 +72,24 @@ ROWS = {
 }
 
 
+def texts(row: object) -> list[str]:
+    return [c.plain for c in row.cells]  # type: ignore[attr-defined]
+
+
 def test_t_quantiles_match_tables() -> None:
     known = {1: 12.7062047, 2: 4.3026527, 3: 3.1824463, 4: 2.7764451, 9: 2.2621572, 30: 2.0422725}
     for df, value in known.items():
         assert t_quantile(df) == pytest.approx(value, abs=1e-6)
-    scipy_stats = pytest.importorskip("scipy.stats")
-    for df in (5, 17, 60):
-        assert t_quantile(df) == pytest.approx(scipy_stats.t.ppf(0.975, df), abs=1e-9)
+    with pytest.raises(ValueError):
+        t_quantile(0)
+
+
+def test_run_wilson_interval_is_scipys() -> None:
+    """A one-seed cell shows the run's Wilson interval: the same 95% interval scipy computes."""
+    for hits, n in ((0, 20), (8, 10), (20, 20), (97, 256), (1, 7)):
+        expected = scipy_stats.binomtest(hits, n).proportion_ci(confidence_level=0.95, method="wilson")
+        lo, hi = wilson_interval(hits, n)
+        assert lo == pytest.approx(expected.low, abs=1e-12) and hi == pytest.approx(expected.high, abs=1e-12)
 
 
 def test_seed_interval() -> None:
@@ -99,53 +119,143 @@ def test_summary_cells_and_effective_length() -> None:
     asent = measured[measured["method"] == "asentmax"].set_index("factor")
     assert asent.loc[2, "exact_match"] == pytest.approx(0.97) and asent.loc[2, "n_seeds"] == 3
     assert asent.loc[2, "ci_lo"] == pytest.approx(0.97 - 4.3026527 * 0.01 / math.sqrt(3))
+    assert asent.loc[2, "per_seed"] == "s0=0.980000;s1=0.960000;s2=0.970000"
     assert set(asent["effective_length"]) == {4} and not asent["effective_length_capped"].any()
     soft = measured[measured["method"] == "softmax"].iloc[0]
     assert (soft["effective_length"], soft["runs"], soft["runs_failed"]) == (1, 3, 1)
+    assert soft["learned_seeds"] == 3
     entmax = measured[measured["method"] == "entmax"].set_index("factor")
     assert entmax.loc[1, "ci_method"] == "wilson" and entmax.loc[1, "ci_lo"] == pytest.approx(
         wilson_interval(95, 100)[0])
     paper = summary[summary["source"] == "paper"]
-    assert set(paper["method"]) == {"softmax", "asentmax"}  # design.md §5 has Copy rows for these
+    assert set(paper["method"]) == {"softmax", "asentmax"}  # the paper reports Copy for these two
     assert set(paper["effective_length"]) == {16}
 
-    factors, table = task_table(summary, "copy")
-    assert factors == [1, 2, 4, 8, 16, 64]  # measured 1..8 plus the paper's 16, 64
-    labels = [r.method for r in table]
-    assert labels == ["asentmax", "entmax", "softmax", f"{PAPER_LABEL}: softmax", f"{PAPER_LABEL}: asentmax"]
-    first = table[0]
-    assert first.cells[1] == "97.0 [94.5, 99.5]" and first.effective == "4×" and first.seeds == "3"
-    assert table[1].cells[0] == "95.0 [88.8, 97.8]" and table[1].cells[2] == "—"  # entmax stopped at 2x
-    assert table[3].cells[4:] == ("99.4", "85.5") and table[3].seeds == "—"
+    table = task_table(summary, "copy")
+    headers = [h.text for h in table.headers]
+    assert headers[6:12] == ["ID (1×)", "2×", "4×", "8×", "16×", "64×"]  # measured 1..8, the paper's 16, 64
+    assert [r.cells[0].text for r in table.rows] == ["asentmax", "entmax", "softmax"]
+    first = texts(table.rows[0])
+    assert first[7] == "97.0 [94.5, 99.5]" and first[-2] == "4×" and first[4] == "3" and first[5] == "3/3"
+    assert texts(table.rows[1])[6] == "95.0 [88.8, 97.8]" and texts(table.rows[1])[8] == "—"  # entmax: to 2x
+    pinned = [(r.kind, r.cells[0].text) for r in table.pinned]
+    assert pinned == [("protocol", f"{PROTOCOL_LABEL}: softmax"), ("paper", f"{PAPER_LABEL}: softmax"),
+                      ("protocol", f"{PROTOCOL_LABEL}: entmax"),  # the paper's order; entmax has no paper row
+                      ("protocol", f"{PROTOCOL_LABEL}: asentmax"), ("paper", f"{PAPER_LABEL}: asentmax")]
+    assert "32..64" in PAPER_LABEL
+    assert texts(table.pinned[1])[10:12] == ["99.4", "85.5"]
 
 
 def test_all_failed_method_still_listed() -> None:
     rows = rows_to_frame([{"run_id": "copy-x-nape-s0-1", "task": "copy", "attn": "x", "pos": "nape",
                            "seed": 0, "status": "failed", "error": "TrainingDiverged: loss is nan"}])
-    _, table = task_table(summarize(rows), "copy")
-    assert table[0].method == "x" and table[0].failed == "1" and table[0].effective == "—"
+    row = task_table(summarize(rows), "copy").rows[0]
+    assert row.cells[0].text == "x" and texts(row)[-2:] == ["—", "1"] and texts(row)[5] == "0/1"
 
 
-def test_outputs_are_deterministic(tmp_path: Path) -> None:
-    rows = make_rows(ROWS, failed=(("softmax", 2),))
-    first = render(rows, source="sweep", out_name="board").files
+def test_learned_seeds_on_the_published_leaderboard() -> None:
+    """Over the committed data, MQMTAR softmax (NAPE) learned with one seed of three."""
+    rows = load_rows(REPO / "leaderboard")
+    summary = summarize(rows[rows["task"] == "mqmtar"])
+    row = next(r for r in task_table(summary, "mqmtar").rows if texts(r)[:2] == ["softmax", "nape"])
+    assert texts(row)[5] == "1/3"
+    exact_1x = rows[(rows["task"] == "mqmtar") & (rows["attn"] == "softmax") & (rows["pos"] == "nape")
+                    & (rows["factor"] == 1)].sort_values("seed")["exact_match"]
+    assert sum(v >= 0.9 for v in exact_1x) == 1  # the same count from the raw rows
+    assert "s0 0.0%" in row.cells[5].title and row.cells[6].title.endswith("s0 0.0%, s1 0.0%, s2 99.6%")
+    # These rows predate validation scores: one setting per row (nothing to choose), no protocol row.
+    assert texts(row)[2:4] == ["quick preset", "—"]
+    protocol = [r for r in task_table(summary, "mqmtar").pinned if r.kind == "protocol"]
+    assert protocol and all("n/a: runs predate validation columns" in texts(r)[2] for r in protocol)
+
+
+def two_settings(val_low_lr: tuple[float, float], val_high_lr: tuple[float, float] | None) -> pd.DataFrame:
+    """Softmax at two learning rates, 2 seeds each: the high rate tests better, the low rate validates
+    as given."""
+    low = make_rows({("softmax", 0): [0.92, 0.5], ("softmax", 1): [0.90, 0.4]}, lr=1e-3,
+                    val={("softmax", s): val_low_lr for s in (0, 1)})
+    high = make_rows({("softmax", 0): [1.0, 0.9], ("softmax", 1): [1.0, 0.8]}, lr=2e-3,
+                     val={("softmax", s): val_high_lr for s in (0, 1)} if val_high_lr else None)
+    return pd.concat([low, high], ignore_index=True)
+
+
+def test_setting_chosen_by_validation_never_by_test() -> None:
+    summary = summarize(two_settings((0.95, 0.10), (0.80, 0.90)))
+    table = task_table(summary, "copy")
+    assert len(table.rows) == 1  # one row per (backend, scheme): the chosen setting
+    row = texts(table.rows[0])
+    assert row[2] == "train.lr=0.001 · val 95.0" and row[3] == "train.lr=0.002 · val 80.0"
+    assert row[6] == "91.0 [78.3, 100.0]"  # the lower rate's test numbers, though the other tests better
+    chosen = summary[(summary["source"] == "measured") & summary["chosen"]]
+    assert set(chosen["setting"]) == {"train.lr=0.001"} and set(chosen["runner_up"]) == {"train.lr=0.002"}
+    assert set(summary.loc[~summary["chosen"], "selection"]) == {"not chosen"}  # the loser stays in the CSV
+    # The paper protocol picks the best single run on 8x validation: a high-rate run.
+    protocol = summary[(summary["source"] == "protocol")]
+    assert set(protocol["setting"]) == {"seed 0, train.lr=0.002"}
+    assert protocol["selection"].iloc[0] == "best of 4 runs by 8× validation (90.0%)"
+    assert list(protocol["exact_match"]) == [1.0, 0.9]
+
+
+def test_settings_without_validation_scores_are_not_ranked() -> None:
+    summary = summarize(two_settings((0.95, 0.1), None))
+    table = task_table(summary, "copy")
+    assert [texts(r)[2] for r in table.rows] == ["train.lr=0.001 · val 95.0", "train.lr=0.002"]
+    assert {texts(r)[3] for r in table.rows} == {"—"}
+    assert set(summary.loc[summary["source"] == "measured", "selection"]) == {
+        "n/a: runs predate validation columns: 2 settings shown separately"}
+    protocol = [r for r in table.pinned if r.kind == "protocol"]
+    assert texts(protocol[0])[2].startswith("n/a: runs predate validation columns")
+
+
+def test_failed_training_counts_as_zero_for_selection() -> None:
+    good = make_rows({("softmax", 0): [0.9]}, lr=1e-3, val={("softmax", 0): (0.9, 0.2)})
+    diverged = rows_to_frame([{**good.iloc[0].to_dict(), "status": "failed", "error": "TrainingDiverged",
+                               "factor": None, "val_exact_id": None, "val_exact_8x": None,
+                               "run_id": "copy-softmax-nape-s1-x", "seed": 1}])
+    other = make_rows({("softmax", 0): [0.5], ("softmax", 1): [0.5]}, lr=2e-3,
+                      val={("softmax", 0): (0.5, 0.5), ("softmax", 1): (0.5, 0.5)})
+    summary = summarize(pd.concat([good, diverged, other], ignore_index=True))
+    chosen = summary[(summary["source"] == "measured") & summary["chosen"]].iloc[0]
+    # 0.9 and 0 (diverged) average 0.45 < 0.5: the setting that trained on both seeds wins.
+    assert chosen["setting"] == "train.lr=0.002" and chosen["runner_up_val_exact_id"] == pytest.approx(0.45)
+
+
+def test_effective_length_summary_table() -> None:
+    sort = make_rows({("softmax", 0): [1.0, 1.0]}, task="sort")
+    rows = pd.concat([make_rows(ROWS), sort], ignore_index=True)
+    table = effective_table(summarize(rows))
+    assert [h.text for h in table.headers] == ["backend", "pos", "copy", "sort"]
+    assert [texts(r) for r in table.rows] == [["asentmax", "nape", "4×", ""],
+                                              ["softmax", "nape", "1×", "≥ 2×"]]
+    paper_softmax = next(r for r in table.pinned if texts(r)[0] == f"{PAPER_LABEL}: softmax")
+    assert texts(paper_softmax)[2:] == ["16×", "1×"]
+    assert "| backend | pos | copy | sort |" in markdown(table)
+
+
+def test_outputs_are_deterministic() -> None:
+    rows = make_rows(ROWS, failed=(("softmax", 2),), val={k: (0.9, 0.5) for k in ROWS})
+    first = render(rows, source="sweep", out_name="board", commit="abc1234").files
     shuffled = rows.sample(frac=1.0, random_state=3).reset_index(drop=True)
-    second = render(shuffled, source="sweep", out_name="board").files
-    assert sorted(first) == ["README.md", "leaderboard.csv", "leaderboard.html", "plots/copy_dispersion.png",
-                             "plots/copy_exact_match.png"]
+    second = render(shuffled, source="sweep", out_name="board", commit="abc1234").files
+    assert sorted(first) == ["README.md", "leaderboard.csv", "leaderboard.html", "plots/copy_dispersion.svg",
+                             "plots/copy_exact_match.svg"]
     for name in first:
         assert first[name] == second[name], name
-    for name in ("plots/copy_exact_match.png", "plots/copy_dispersion.png"):
-        png = first[name]
-        assert png.startswith(b"\x89PNG") and b"tIME" not in png and b"Software" not in png
+    for name in ("plots/copy_exact_match.svg", "plots/copy_dispersion.svg"):
+        svg = first[name]
+        assert svg.startswith(b"<?xml") and b"<dc:date>" not in svg and b"Matplotlib v" not in svg
     html = first["leaderboard.html"].decode()
-    assert html.count("data:image/png;base64,") == 2 and "<script>" in html and 'class="sortable"' in html
+    assert html.count("data:image/svg+xml;base64,") == 2 and "<script>" in html
+    assert html.count('class="sortable"') == 4  # effective length, copy, paper vs ours, protocol
+    assert '<meta name="viewport"' in html and 'href="leaderboard.csv"' in html and 'href="README.md"' in html
+    assert "Data as of 2026-01-03 00:00 UTC (newest run), data commit abc1234" in html
     readme = first["README.md"].decode()
-    assert "## copy" in readme and "plots/copy_exact_match.png" in readme and "## Reproduce" in readme
+    assert "## copy" in readme and "plots/copy_exact_match.svg" in readme and "## Reproduce" in readme
     assert "lengthgen sweep --task copy --attn asentmax,softmax --pos nape --seeds 0,1,2 --preset quick " \
            "--steps 10 --max-factor 8 --eval-samples 100 --out sweep" in readme
     csv = first["leaderboard.csv"].decode().splitlines()
-    assert csv[0].startswith("task,source,method,pos,recipe,factor,eval_length,n_seeds,exact_match,ci_lo")
+    assert csv[0].startswith("task,source,method,pos,setting,setting_detail,recipe,chosen,selection,")
+    assert "learned_seeds" in csv[0] and "per_seed" in csv[0]
 
 
 def test_reproduce_commands_keep_position_schemes_apart() -> None:
@@ -161,9 +271,9 @@ def test_reproduce_commands_keep_position_schemes_apart() -> None:
         "lengthgen sweep --task copy --attn softmax --pos alibi --seeds 0,1 --preset quick --steps 10 "
         "--max-factor 8 --eval-samples 100 --out sweep",
     ]
-    _, table = task_table(summarize(pd.concat([nape, alibi], ignore_index=True)), "copy")
-    assert [(r.method, r.pos) for r in table][:3] == [("asentmax", "nape"), ("softmax", "alibi"),
-                                                      ("softmax", "nape")]
+    table = task_table(summarize(pd.concat([nape, alibi], ignore_index=True)), "copy")
+    assert [tuple(texts(r)[:2]) for r in table.rows] == [("asentmax", "nape"), ("softmax", "alibi"),
+                                                         ("softmax", "nape")]
 
 
 def test_leaderboard_and_plot_commands(tmp_path: Path) -> None:
@@ -174,21 +284,30 @@ def test_leaderboard_and_plot_commands(tmp_path: Path) -> None:
         write_parquet_atomic(part, sweep / "runs" / str(run_id) / "results.parquet")  # not read twice
     assert len(load_rows(sweep)) == len(rows)
     out = tmp_path / "board"
-    result = runner.invoke(app, ["leaderboard", str(sweep), "--out", str(out), "--hardware", "2-core CPU"])
+    args = ["leaderboard", str(sweep), "--out", str(out), "--hardware", "2-core CPU"]
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     snapshot = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     assert len(snapshot) == 5 and "hardware: 2-core CPU" in (out / "README.md").read_text()
-    again = runner.invoke(app, ["leaderboard", str(sweep), "--out", str(out), "--hardware", "2-core CPU"])
+    html = (out / "leaderboard.html").read_text()
+    assert 'href="../sweep/data/"' in html and "data commit unknown" in html  # not a git repository
+    again = runner.invoke(app, args)
     assert again.exit_code == 0
     assert snapshot == {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    pinned = runner.invoke(app, args, env={"LENGTHGEN_COMMIT": "0123abc"})
+    assert pinned.exit_code == 0 and "data commit 0123abc" in (out / "leaderboard.html").read_text()
 
-    for kind, name in (("exact", "copy_exact_match.png"), ("dispersion", "copy_dispersion.png")):
-        figure = tmp_path / f"{kind}.png"
-        plotted = runner.invoke(app, ["plot", str(sweep), "--task", "copy", "-o", str(figure),
-                                      "--kind", kind])
+    for kind, name in (("exact", "copy_exact_match.svg"), ("dispersion", "copy_dispersion.svg")):
+        figure = tmp_path / f"{kind}.svg"
+        plot = ["plot", str(sweep), "--task", "copy", "-o", str(figure), "--kind", kind]
+        plotted = runner.invoke(app, plot)
         assert plotted.exit_code == 0, plotted.output
         assert figure.read_bytes() == (out / "plots" / name).read_bytes()
-    missing = runner.invoke(app, ["plot", str(sweep), "--task", "sort", "-o", str(tmp_path / "x.png")])
-    assert missing.exit_code == 2 and "tasks with results: copy" in missing.stderr
+    png = runner.invoke(app, ["plot", str(sweep), "--task", "copy", "-o", str(tmp_path / "exact.png")])
+    assert png.exit_code == 0 and (tmp_path / "exact.png").read_bytes().startswith(b"\x89PNG")
+    for bad, message in ((["--task", "sort", "-o", str(tmp_path / "x.png")], "tasks with results: copy"),
+                         (["--task", "copy", "-o", str(tmp_path / "x.pdf")], "must end in .svg or .png")):
+        failed = runner.invoke(app, ["plot", str(sweep), *bad])
+        assert failed.exit_code == 2 and message in failed.stderr
     empty = runner.invoke(app, ["leaderboard", str(tmp_path / "nothing"), "--out", str(out)])
     assert empty.exit_code == 2 and "no results" in empty.stderr

@@ -18,8 +18,8 @@ COLUMNS: tuple[str, ...] = (
     "run_id", "task", "attn", "pos", "seed", "preset", "train_length", "eval_length", "factor",
     "n_samples", "exact_match", "exact_match_lo", "exact_match_hi", "token_accuracy",
     "attn_entropy", "attn_support", "steps", "best_step", "selection", "val_exact_id", "val_exact_8x",
-    "params", "train_seconds", "eval_seconds", "device", "lengthgen_version", "torch_version", "config_hash", "config_json",
-    "created_at", "status", "error",
+    "params", "train_seconds", "eval_seconds", "device", "lengthgen_version", "torch_version", "config_hash",
+    "config_json", "created_at", "status", "error",
 )
 
 

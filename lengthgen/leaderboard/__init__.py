@@ -1,0 +1,35 @@
+"""Leaderboard: tables, CSV, a standalone HTML page and figures, as pure functions of result rows.
+
+Modules, one job each: ``rows`` (reading results, the per-run view), ``stats`` (intervals, learned
+seeds, effective length), ``settings`` (naming settings), ``selection`` (which setting a row shows,
+the paper-protocol run), ``paper`` (the paper's numbers and protocol), ``summary`` (the long table
+of numbers), ``tables`` (table model, Markdown, CSV), ``views`` (what each table shows), ``page``
+(HTML, CSS, JavaScript), ``plots`` (figures), ``reproduce`` (commands) and ``write`` (rendering
+and writing the files).
+"""
+
+from lengthgen.leaderboard.paper import PAPER_LABEL, PAPER_REPORTED, PROTOCOL_LABEL
+from lengthgen.leaderboard.plots import plot_dispersion, plot_exact_match
+from lengthgen.leaderboard.rows import load_rows
+from lengthgen.leaderboard.selection import paper_protocol, select_settings
+from lengthgen.leaderboard.stats import (
+    EFFECTIVE_THRESHOLD,
+    LEARNED_THRESHOLD,
+    Interval,
+    effective_length,
+    seed_interval,
+    t_quantile,
+)
+from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
+from lengthgen.leaderboard.tables import effective_label, factor_label, markdown, pct
+from lengthgen.leaderboard.views import effective_table, task_table
+from lengthgen.leaderboard.write import DEFAULT_TITLE, Rendered, data_commit, render, write_leaderboard
+
+__all__ = [
+    "CSV_COLUMNS", "DEFAULT_TITLE", "EFFECTIVE_THRESHOLD", "LEARNED_THRESHOLD", "PAPER_LABEL",
+    "PAPER_REPORTED", "PROTOCOL_LABEL", "Interval", "Rendered", "data_commit", "effective_label",
+    "effective_length",
+    "effective_table", "factor_label", "load_rows", "markdown", "paper_protocol", "pct", "plot_dispersion",
+    "plot_exact_match", "render", "seed_interval", "select_settings", "summarize", "t_quantile", "task_table",
+    "write_leaderboard",
+]

@@ -1,0 +1,195 @@
+"""The leaderboard's figures: exact match, and attention entropy and support, against length.
+
+Each (backend, scheme) gets its own colour (by backend) and line style (by scheme), the same in
+every figure. A thick line is the mean over seeds; under it a thin line per seed, solid when the
+seed learned the task (1× exact match ≥ 90%) and dotted when it did not, so a mean dragged down
+by seeds that never learned reads as such. Legends sit outside the axes. Figures are SVG (or PNG
+at 200 dpi) without dates or software tags, so the same rows give the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
+
+from lengthgen.leaderboard.paper import PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank  # noqa: E402
+from lengthgen.leaderboard.rows import ok_rows, prepared  # noqa: E402
+from lengthgen.leaderboard.stats import LEARNED_THRESHOLD, learned, stable_mean  # noqa: E402
+from lengthgen.leaderboard.summary import summarize  # noqa: E402
+
+Target = str | os.PathLike[str] | io.BytesIO
+
+DISPERSION_CAPTION = (
+    "Normalized entropy H(p)/log(visible keys) (0: all weight on one key, 1: uniform over the keys a "
+    "row can see) and support (number of keys with nonzero weight), each averaged over heads, layers "
+    "and the diagnosed query rows (every computed row; an evenly spaced subset at long lengths) of the "
+    "evaluated test samples. Thick: mean over seeds; thin: one seed (solid: learned, dotted: did not)."
+)
+
+_SCHEME_STYLES = {"nape": "-", "alibi": (0, (6, 2)), "rope": (0, (4, 1.5, 1, 1.5)), "nope": (0, (2, 1))}
+_EXTRA_STYLES = [(0, (8, 2, 2, 2)), (0, (3, 3)), (0, (1, 2))]
+_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+_LEARNED_STYLE, _UNLEARNED_STYLE = "-", (0, (1, 1.5))
+_PAPER_STYLE = (0, (5, 1.5, 1, 1.5))
+_SAVE = {"svg.hashsalt": "lengthgen", "svg.fonttype": "path"}
+
+
+def _format(path: Target, fmt: str | None) -> str:
+    if fmt:
+        return fmt
+    suffix = Path(str(path)).suffix.lower().lstrip(".") if not isinstance(path, io.BytesIO) else ""
+    return suffix if suffix in ("png", "svg") else "svg" if isinstance(path, io.BytesIO) else "png"
+
+
+def _finish(fig: Any, path: Target, fmt: str | None) -> Any:
+    """Save without dates or software tags, so identical figures give identical bytes."""
+    kind = _format(path, fmt)
+    if not isinstance(path, io.BytesIO):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    metadata = {"Date": None, "Creator": None} if kind == "svg" else {"Software": None}
+    with plt.rc_context(_SAVE):
+        fig.savefig(path, format=kind, dpi=200, metadata=metadata)
+    plt.close(fig)
+    return path
+
+
+class Styles:
+    """Colour and marker per backend, line style per position scheme, over every task of the rows."""
+
+    def __init__(self, backends: Iterable[str], schemes: Iterable[str]) -> None:
+        cmap = plt.get_cmap("tab10")
+        names = sorted(set(backends) | {m for t in PAPER_REPORTED.values() for m in t}, key=backend_rank)
+        self.color = {b: cmap(i % 10) for i, b in enumerate(names)}
+        self.marker = {b: _MARKERS[i % len(_MARKERS)] for i, b in enumerate(names)}
+        extra = itertools.cycle(_EXTRA_STYLES)
+        ordered = sorted(set(schemes), key=lambda s: (s != "nape", s))
+        self.dash = {s: _SCHEME_STYLES[s] if s in _SCHEME_STYLES else next(extra) for s in ordered}
+        self.first_scheme = ordered[0] if ordered else "nape"
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame) -> Styles:
+        return cls(frame["attn"].dropna().unique(), frame["pos"].dropna().unique())
+
+
+def _factor_axis(ax: Any, factors: Iterable[float]) -> None:
+    """log2 x axis with ticks at the evaluated factors, labelled 1×, 2×, …"""
+    ticks = sorted({float(f) for f in factors})
+    ax.set_xscale("log", base=2)
+    if ticks:
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{int(f)}×" for f in ticks], fontsize=8)
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("evaluation length / training length")
+
+
+def _shown(frame: pd.DataFrame, summary: pd.DataFrame, task: str) -> list[tuple[str, str, str, str]]:
+    """(backend, scheme, setting id, legend label) of every measured row the task's table shows."""
+    part = summary[(summary["task"] == task) & (summary["source"] == "measured")
+                   & summary["chosen"].astype(bool)]
+    keys = part[["method", "pos", "recipe", "setting", "selection"]]
+    keys = keys.drop_duplicates(["method", "pos", "recipe"])
+    out = []
+    for method, pos, recipe, setting, selection in keys.itertuples(index=False):
+        several = str(selection).startswith("n/a")
+        out.append((method, pos, recipe, f"{method} ({pos})" + (f" [{setting}]" if several else "")))
+    return out
+
+
+def _seed_lines(ax: Any, runs: pd.DataFrame, column: str, scale: float, color: Any) -> None:
+    """A thin line per seed: solid when it learned, dotted when it did not."""
+    for _, run in runs.groupby("run_id", sort=True):
+        run = run.sort_values("factor")
+        one_x = run.loc[run["factor"] == 1, "exact_match"]
+        style = _LEARNED_STYLE if not one_x.empty and learned(one_x.iloc[0]) else _UNLEARNED_STYLE
+        values = run[column].astype(float) * scale
+        ax.plot(run["factor"].astype(float), values, color=color, linestyle=style, linewidth=0.8, alpha=0.55,
+                zorder=2)
+
+
+def _mean_line(ax: Any, runs: pd.DataFrame, column: str, scale: float, styles: Styles, attn: str, pos: str,
+               label: str | None) -> None:
+    means = [(float(f), stable_mean(cell[column]) * scale) for f, cell in runs.groupby("factor", sort=True)]
+    if means:
+        x, y = zip(*means, strict=True)
+        hollow = pos != styles.first_scheme  # schemes after the first: hollow markers as well as dashes
+        color = styles.color[attn]
+        ax.plot(x, y, color=color, linestyle=styles.dash[pos], marker=styles.marker[attn], ms=4.5,
+                markerfacecolor="white" if hollow else color, linewidth=2.2, label=label, zorder=3)
+
+
+def _seed_key() -> list[Line2D]:
+    return [Line2D([], [], color="0.35", linewidth=0.8, linestyle=_LEARNED_STYLE,
+                   label=f"one seed that learned (1× ≥ {LEARNED_THRESHOLD * 100:.0f}%)"),
+            Line2D([], [], color="0.35", linewidth=0.8, linestyle=_UNLEARNED_STYLE,
+                   label="one seed that did not")]
+
+
+def plot_exact_match(rows: pd.DataFrame, task: str, path: Target, summary: pd.DataFrame | None = None,
+                     fmt: str | None = None) -> Any:
+    """Exact match (%) vs length factor: per (backend, scheme) the mean over seeds of the setting
+    the table shows, its seeds under it, and the paper's reported numbers (dash-dot, crosses)."""
+    frame = prepared(rows)
+    table = summary if summary is not None else summarize(rows)
+    styles = Styles.of(frame)
+    ok = ok_rows(frame, task)
+    fig, ax = plt.subplots(figsize=(9.0, 4.4), layout="constrained")
+    for attn, pos, setting, label in _shown(frame, table, task):
+        runs = ok[(ok["attn"] == attn) & (ok["pos"] == pos) & (ok["setting"] == setting)]
+        _seed_lines(ax, runs, "exact_match", 100.0, styles.color[attn])
+        _mean_line(ax, runs, "exact_match", 100.0, styles, attn, pos, label)
+    paper = PAPER_REPORTED.get(task, {})
+    for method in sorted(paper, key=backend_rank):
+        points = sorted(paper[method].items())
+        ax.plot([float(f) for f, _ in points], [v for _, v in points], color=styles.color[method],
+                linestyle=_PAPER_STYLE, marker="x", ms=5, linewidth=1.3,
+                label=f"paper: {method} (trained at {PAPER_TRAIN_LENGTHS})", zorder=3)
+    factors = list(ok["factor"]) + [f for m in paper.values() for f in m]
+    _factor_axis(ax, factors)
+    ax.set_ylabel("exact match (%)")
+    ax.set_ylim(-2, 102)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"{task}: exact match vs length")
+    handles, _ = ax.get_legend_handles_labels()
+    fig.legend(handles=[*handles, *_seed_key()], loc="outside right upper", fontsize=8, frameon=False)
+    return _finish(fig, path, fmt)
+
+
+def plot_dispersion(rows: pd.DataFrame, task: str, path: Target, summary: pd.DataFrame | None = None,
+                    fmt: str | None = None) -> Any:
+    """Normalized attention entropy and support size vs length factor, drawn like the exact-match
+    figure (mean over seeds, a thin line per seed); ``DISPERSION_CAPTION`` says what they average."""
+    frame = prepared(rows)
+    table = summary if summary is not None else summarize(rows)
+    styles = Styles.of(frame)
+    ok = ok_rows(frame, task)
+    fig, (ax_e, ax_s) = plt.subplots(1, 2, figsize=(12.0, 4.8), layout="constrained")
+    for attn, pos, setting, label in _shown(frame, table, task):
+        runs = ok[(ok["attn"] == attn) & (ok["pos"] == pos) & (ok["setting"] == setting)]
+        for ax, column in ((ax_e, "attn_entropy"), (ax_s, "attn_support")):
+            present = runs.dropna(subset=[column])
+            _seed_lines(ax, present, column, 1.0, styles.color[attn])
+            _mean_line(ax, present, column, 1.0, styles, attn, pos, label if ax is ax_e else None)
+    for ax in (ax_e, ax_s):
+        _factor_axis(ax, ok["factor"])
+        ax.grid(True, alpha=0.3)
+    ax_e.set_ylabel("normalized entropy H(p) / log(visible keys)")
+    ax_e.set_ylim(-0.02, 1.02)
+    ax_s.set_ylabel("support size (keys with weight > 0)")
+    ax_s.set_yscale("log", base=2)
+    ax_e.set_title(f"{task}: attention entropy (mean over heads, layers, rows)")
+    ax_s.set_title(f"{task}: attention support (mean over heads, layers, rows)")
+    handles, _ = ax_e.get_legend_handles_labels()
+    fig.legend(handles=[*handles, *_seed_key()], loc="outside right upper", fontsize=8, frameon=False)
+    return _finish(fig, path, fmt)

@@ -1,0 +1,90 @@
+"""The commands that rebuild a leaderboard's runs and the leaderboard itself."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from lengthgen.leaderboard.rows import config_dict
+
+#: What varies inside one ``lengthgen sweep`` command (so it does not split commands).
+GRID_FIELDS = ("seed", "attn", "attn_options", "pos")
+
+
+def _values(series: pd.Series) -> str:
+    items = sorted({str(v) for v in series.dropna()})
+    return ", ".join(items) if items else "—"
+
+
+def _recipe_without(config_json: Any, ignore: Sequence[str]) -> str:
+    config = config_dict(config_json)
+    for key in ignore:
+        config.pop(key, None)
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8] if config else ""
+
+
+def sweep_flags(task: str, config: dict[str, Any]) -> tuple[str, ...] | None:
+    """The flags that make ``lengthgen sweep`` build ``config`` (bar backend, position, seed):
+    dedicated flags where they exist, ``--set`` for any other field that differs from the preset.
+    None when this installation cannot rebuild it (unknown task or preset)."""
+    from lengthgen.presets import build_run_config
+    from lengthgen.sweep import SECTIONS, SweepSpec
+
+    try:
+        preset = config["preset"]
+        default = build_run_config(task, "softmax", preset=preset).model_dump(mode="json")
+        dedicated = {"steps": ("train", "steps"), "train_length": ("train", "train_length"),
+                     "max_factor": ("eval", "max_factor"), "eval_samples": ("eval", "samples")}
+        chosen = {name: config[s][k] for name, (s, k) in dedicated.items() if config[s][k] != default[s][k]}
+        params = {k: v for k, v in sorted(config["task_params"].items())
+                  if default["task_params"].get(k) != v}
+        spec = SweepSpec(tasks=(task,), attns=("softmax",), preset=preset, task_params=params, **chosen)
+        built = spec.configs()[0].model_dump(mode="json")
+    except Exception:
+        return None
+    flags = [f"--{name.replace('_', '-')} {value}" for name, value in chosen.items()]
+    flags += [f"--param {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in params.items()]
+    for section in SECTIONS:
+        for key, value in sorted(config[section].items()):
+            if built[section].get(key) != value:
+                flags.append(f"--set {shlex.quote(f'{section}.{key}={json.dumps(value)}')}")
+    return (f"--preset {preset}", *flags)
+
+
+def sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
+    """`lengthgen sweep` commands that rebuild the runs in the rows: one per set of tasks sharing
+    backends, position scheme, seeds and recipe (flags only where they differ from the preset).
+    Position schemes get separate commands so that a scheme run with only some backends is not
+    crossed with all of them."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    frame = rows.assign(recipe=[_recipe_without(c, GRID_FIELDS) for c in rows["config_json"]])
+    for (task, _, _), group in frame.groupby(["task", "recipe", "pos"], sort=True, dropna=False):
+        known = sorted(group["config_json"].dropna())
+        flags = sweep_flags(task, json.loads(known[0])) if known else None
+        if flags is None:
+            flags = (f"--preset {_values(group['preset'])}", "# (recipe not rebuildable here)")
+        seeds = ",".join(str(s) for s in sorted(set(group["seed"].dropna().astype(int))))
+        attns = shlex.quote(",".join(sorted(set(group["attn"]))))
+        positions = ",".join(sorted(set(group["pos"].dropna())))
+        groups.setdefault((attns, positions, seeds, *flags), []).append(task)
+    commands = []
+    for key, tasks in sorted(groups.items(), key=lambda kv: (kv[1], kv[0])):
+        attns, pos, seeds, *flags = key
+        tail = [f for f in flags if f.startswith("#")]
+        flags = [f for f in flags if not f.startswith("#")]
+        parts = ["lengthgen sweep", f"--task {','.join(tasks)}", f"--attn {attns}", f"--pos {pos}",
+                 f"--seeds {seeds}", *flags, f"--out {shlex.quote(sweep_dir)}", *tail]
+        commands.append(" ".join(parts))
+    return commands
+
+
+def leaderboard_command(source: str, out_name: str, hardware: str | None, title: str,
+                        default_title: str) -> str:
+    return (f"lengthgen leaderboard {shlex.quote(source)} --out {shlex.quote(out_name)}"
+            + (f" --hardware {shlex.quote(hardware)}" if hardware else "")
+            + (f" --title {shlex.quote(title)}" if title != default_title else ""))

@@ -1,0 +1,107 @@
+"""Reading result rows, and the per-run view every other leaderboard module works from.
+
+A *setting* is a run's recipe without its seed (the hash of its config minus ``seed``): runs that
+differ only by seed share it, and a grid over, say, learning rates gives one setting per rate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lengthgen.harness.results import read_results
+from lengthgen.leaderboard.stats import is_missing
+
+#: Columns a results file may lack because it predates them; they read as missing.
+LATER_COLUMNS = ("val_exact_id", "val_exact_8x")
+
+
+def load_rows(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Result rows of a sweep folder (its ``data/``), a results folder or one Parquet file.
+
+    A sweep folder's ``runs/`` repeats every run's rows, so only ``data/`` is read there.
+    Exact duplicates of a (run, length) row are dropped.
+    """
+    root = Path(path)
+    rows = read_results(root / "data" if (root / "data").is_dir() else root)
+    for column in LATER_COLUMNS:
+        if column not in rows:
+            rows[column] = None
+    if rows.empty:
+        return rows
+    rows = rows.sort_values(["run_id", "factor", "status"], kind="mergesort", na_position="last")
+    return rows.drop_duplicates(subset=["run_id", "factor", "status"]).reset_index(drop=True)
+
+
+def setting_of(config_json: Any) -> str:
+    """Hash of the run's config without its seed: runs that differ only by seed share it."""
+    config = config_dict(config_json)
+    if not config:
+        return ""
+    config.pop("seed", None)
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def config_dict(config_json: Any) -> dict[str, Any]:
+    if not isinstance(config_json, str) or not config_json:
+        return {}
+    return json.loads(config_json)
+
+
+def prepared(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a ``setting`` column and no missing ``pos``, in a stable order."""
+    frame = rows.copy()
+    for column in LATER_COLUMNS:
+        if column not in frame:
+            frame[column] = None
+    frame["setting"] = [setting_of(c) for c in frame["config_json"]]
+    frame["pos"] = frame["pos"].fillna("")
+    return frame.sort_values(["task", "attn", "pos", "setting", "seed", "run_id", "factor"], kind="mergesort",
+                             na_position="last").reset_index(drop=True)
+
+
+def ok_rows(rows: pd.DataFrame, task: str | None = None) -> pd.DataFrame:
+    """Successful evaluation rows (of one task when given)."""
+    keep = rows["status"] == "ok"
+    if task is not None:
+        keep &= rows["task"] == task
+    return rows[keep].dropna(subset=["factor"])
+
+
+def first_present(values: pd.Series) -> float | None:
+    for value in values:
+        if not is_missing(value):
+            return float(value)
+    return None
+
+
+def runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """One line per run of a :func:`prepared` frame.
+
+    ``evaluated``: the run has at least one ok evaluation row; ``failed``: some row is not ok;
+    ``exact_1x``: its 1× test exact match; ``val_id`` / ``val_8x``: the selected checkpoint's
+    validation scores (None where the rows predate those columns or training died first).
+    """
+    out = []
+    for run_id, group in frame.groupby("run_id", sort=True):
+        first = group.iloc[0]
+        ok = ok_rows(group)
+        at_1x = ok[ok["factor"] == 1]
+        out.append({
+            "run_id": run_id, "task": first["task"], "attn": first["attn"], "pos": first["pos"],
+            "seed": None if is_missing(first["seed"]) else int(first["seed"]), "setting": first["setting"],
+            "preset": first["preset"], "config_json": first["config_json"], "created_at": first["created_at"],
+            "evaluated": not ok.empty, "failed": bool((group["status"] != "ok").any()),
+            "exact_1x": None if at_1x.empty else float(at_1x["exact_match"].iloc[0]),
+            "val_id": first_present(group["val_exact_id"]), "val_8x": first_present(group["val_exact_8x"]),
+        })
+    columns = ["run_id", "task", "attn", "pos", "seed", "setting", "preset", "config_json", "created_at",
+               "evaluated", "failed", "exact_1x", "val_id", "val_8x"]
+    table = pd.DataFrame(out, columns=columns)
+    return table.sort_values(["task", "attn", "pos", "setting", "seed", "run_id"], kind="mergesort",
+                             na_position="last").reset_index(drop=True)

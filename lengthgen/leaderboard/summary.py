@@ -1,0 +1,163 @@
+"""The leaderboard's numbers as one long table: a line per (task, row, length factor).
+
+Three kinds of row (``source``):
+
+- ``measured``: a (backend, scheme) and one of its settings; mean over seeds with a 95% interval,
+  per-seed values, learned seeds. ``chosen`` marks the setting the selection rule picked (every
+  setting is listed, so the losing ones stay in the CSV).
+- ``protocol``: the paper-protocol run of a backend (single best run on 8× validation).
+- ``paper``: the paper's reported numbers.
+
+Tables, CSV and plots are all drawn from this table.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from lengthgen.leaderboard.paper import PAPER_LABEL, PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank
+from lengthgen.leaderboard.rows import ok_rows, prepared, runs
+from lengthgen.leaderboard.selection import (
+    ProtocolPick,
+    Selection,
+    paper_protocol,
+    run_score,
+    select_settings,
+)
+from lengthgen.leaderboard.stats import effective_length, learned, seed_interval, stable_mean
+
+CSV_COLUMNS: tuple[str, ...] = (
+    "task", "source", "method", "pos", "setting", "setting_detail", "recipe", "chosen", "selection",
+    "val_exact_id", "val_exact_8x", "runner_up", "runner_up_val_exact_id", "factor", "eval_length",
+    "n_seeds", "exact_match", "ci_lo", "ci_hi", "ci_method", "per_seed", "learned_seeds", "runs",
+    "runs_failed", "attn_entropy", "attn_support", "n_samples", "effective_length",
+    "effective_length_capped",
+)
+
+
+def per_seed_text(cell: pd.DataFrame) -> str:
+    """``s0=0.000000;s1=0.996094``: each seed's exact match (the CSV and the hover text)."""
+    return ";".join(f"s{int(seed)}={float(value):.6f}"
+                    for seed, value in zip(cell["seed"], cell["exact_match"], strict=True))
+
+
+def _cells(group: pd.DataFrame, base: dict[str, Any]) -> list[dict[str, Any]]:
+    """One line per evaluated factor of a set of runs (several seeds, or one run)."""
+    cells = []
+    for factor, cell in ok_rows(group).groupby("factor", sort=True):
+        cell = cell.sort_values(["seed", "run_id"], kind="mergesort")
+        wilson = None
+        if len(cell) == 1:
+            wilson = (cell["exact_match_lo"].iloc[0], cell["exact_match_hi"].iloc[0])
+        ci = seed_interval(cell["exact_match"].tolist(), wilson)
+        cells.append({
+            **base, "factor": int(factor), "eval_length": int(cell["eval_length"].iloc[0]), "n_seeds": ci.n,
+            "exact_match": ci.mean, "ci_lo": ci.lo, "ci_hi": ci.hi, "ci_method": ci.method,
+            "per_seed": per_seed_text(cell), "attn_entropy": stable_mean(cell["attn_entropy"]),
+            "attn_support": stable_mean(cell["attn_support"]), "n_samples": int(cell["n_samples"].sum()),
+        })
+    eff, capped = effective_length({c["factor"]: c["exact_match"] for c in cells})
+    if not cells:  # every run failed before any evaluation: keep a line so its failures show
+        cells.append({**base, "factor": None, "n_seeds": 0})
+    for c in cells:
+        c.update(effective_length=eff, effective_length_capped=capped)
+    return cells
+
+
+def _score(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _measured(frame: pd.DataFrame, run_table: pd.DataFrame, key: tuple[str, str, str],
+              selection: Selection) -> list[dict[str, Any]]:
+    task, attn, pos = key
+    shown = {s.setting for s in selection.shown}
+    runner = selection.runner_up
+    out = []
+    for setting in selection.ranked:
+        group = frame[(frame["task"] == task) & (frame["attn"] == attn) & (frame["pos"] == pos)
+                      & (frame["setting"] == setting.setting)]
+        setting_runs = run_table[(run_table["task"] == task) & (run_table["attn"] == attn)
+                                 & (run_table["pos"] == pos) & (run_table["setting"] == setting.setting)]
+        chosen = setting.setting in shown
+        scores_8x = [run_score(run, "val_8x") for _, run in setting_runs.iterrows()]
+        val_8x = math.nan if any(v is None for v in scores_8x) else stable_mean(scores_8x)
+        base = {
+            "task": task, "source": "measured", "method": attn, "pos": pos, "setting": setting.label,
+            "setting_detail": setting.description, "recipe": setting.setting, "chosen": chosen,
+            "selection": selection.note if chosen else "not chosen", "val_exact_id": _score(setting.score),
+            "val_exact_8x": val_8x,
+            "runner_up": runner.label if chosen and runner else None,
+            "runner_up_val_exact_id": _score(runner.score) if chosen and runner else math.nan,
+            "learned_seeds": int(sum(learned(v) for v in setting_runs["exact_1x"])),
+            "runs": len(setting_runs), "runs_failed": int(setting_runs["failed"].sum()),
+        }
+        out.extend(_cells(group, base))
+    return out
+
+
+def _protocol(frame: pd.DataFrame, run_table: pd.DataFrame, task: str, attn: str,
+              pick: ProtocolPick) -> list[dict[str, Any]]:
+    base = {"task": task, "source": "protocol", "method": attn, "selection": pick.note, "chosen": True,
+            "runs": pick.candidates, "runner_up_val_exact_id": math.nan}
+    if pick.run_id is None:
+        return [{**base, "pos": "", "setting": "", "recipe": "", "factor": None, "n_seeds": 0,
+                 "val_exact_id": math.nan, "val_exact_8x": math.nan}]
+    run = run_table[run_table["run_id"] == pick.run_id].iloc[0]
+    base.update(pos=run["pos"], setting=pick.label, setting_detail=pick.description, recipe=run["setting"],
+                val_exact_id=_score(pick.val_id), val_exact_8x=_score(pick.val_8x),
+                learned_seeds=int(learned(run["exact_1x"])), runs_failed=int(run["failed"]))
+    return _cells(frame[frame["run_id"] == pick.run_id], base)
+
+
+def _paper(task: str) -> list[dict[str, Any]]:
+    out = []
+    for method, by_factor in PAPER_REPORTED.get(task, {}).items():
+        eff, capped = effective_length({f: v / 100 for f, v in by_factor.items()})
+        for factor, value in sorted(by_factor.items()):
+            out.append({
+                "task": task, "source": "paper", "method": method, "pos": "",
+                "setting": f"reported (trained at {PAPER_TRAIN_LENGTHS})", "recipe": "", "chosen": True,
+                "selection": "the paper's own (see the protocol table)", "factor": factor,
+                "exact_match": value / 100, "ci_method": "reported", "effective_length": eff,
+                "effective_length_capped": capped,
+            })
+    return out
+
+
+def _sort_key(source: str, method: str) -> tuple[int, int, str, int]:
+    """Measured rows first, then the pinned rows: per backend, our paper-protocol row right above
+    the paper's own."""
+    if source == "measured":
+        return (0, 0, "", 0)
+    rank, name = backend_rank(method)
+    return (1, rank, name, 0 if source == "protocol" else 1)
+
+
+def summarize(rows: pd.DataFrame) -> pd.DataFrame:
+    """The long table (``CSV_COLUMNS``) of the rows plus the paper's numbers for their tasks."""
+    out: list[dict[str, Any]] = []
+    if not rows.empty:
+        frame = prepared(rows)
+        run_table = runs(frame)
+        for key, selection in sorted(select_settings(run_table).items()):
+            out.extend(_measured(frame, run_table, key, selection))
+        for (task, attn), pick in sorted(paper_protocol(run_table).items()):
+            out.extend(_protocol(frame, run_table, task, attn, pick))
+    for task in sorted({r["task"] for r in out}):
+        out.extend(_paper(task))
+    table = pd.DataFrame(out, columns=list(CSV_COLUMNS))
+    keys = [_sort_key(s, m) for s, m in zip(table["source"], table["method"], strict=True)]
+    table["_block"], table["_rank"], table["_name"], table["_kind"] = (
+        [k[i] for k in keys] for i in range(4))
+    table["_chosen"] = ~table["chosen"].astype(bool)
+    table = table.sort_values(["task", "_block", "_rank", "_name", "_kind", "method", "pos", "_chosen",
+                               "setting", "factor"], kind="mergesort", na_position="last")
+    return table.drop(columns=["_block", "_rank", "_name", "_kind", "_chosen"]).reset_index(drop=True)
+
+
+def paper_label(method: str) -> str:
+    return f"{PAPER_LABEL}: {method}"

@@ -1,0 +1,321 @@
+"""What each table of the leaderboard shows, built from the summary (see ``summary``) and the rows.
+
+- :func:`task_table`: per task, a row per (backend, scheme) with its chosen setting, then the
+  pinned rows (per backend: our paper-protocol row right above the paper's own).
+- :func:`effective_table`: effective length per task × backend.
+- :func:`comparison_table`: the paper's protocol against ours, field by field, for one task.
+- :func:`protocol_table`: how every task's runs were made (preset, lengths, compute time).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from lengthgen.leaderboard.paper import PAPER_LABEL, PAPER_PROTOCOL, PROTOCOL_LABEL, backend_rank
+from lengthgen.leaderboard.rows import config_dict
+from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
+from lengthgen.leaderboard.tables import (
+    Cell,
+    Header,
+    Row,
+    Table,
+    effective_label,
+    effective_sort,
+    factor_label,
+    pct,
+)
+
+NONE = "—"
+
+
+def _seeds_title(per_seed: Any) -> str:
+    """``s0=0.0;s2=0.99`` → 's0 0.0%, s2 99.0%'."""
+    if not isinstance(per_seed, str) or not per_seed:
+        return ""
+    items = [item.partition("=") for item in per_seed.split(";")]
+    return ", ".join(f"{seed} {pct(float(value))}%" for seed, _, value in items)
+
+
+def _interval_cell(r: Any, runs: int, paper: bool) -> Cell:
+    if paper:
+        return Cell(pct(r.exact_match), float(r.exact_match), "reported by the paper")
+    detail = ""
+    if r.ci_method == "t":
+        detail = f"[{pct(r.ci_lo)}, {pct(r.ci_hi)}]"
+        title = (f"mean over {int(r.n_seeds)} seeds [95% Student-t interval over seeds]: "
+                 f"{_seeds_title(r.per_seed)}")
+    elif r.ci_method == "wilson":
+        detail = f"[{pct(r.ci_lo)}, {pct(r.ci_hi)}]"
+        title = (f"one run [95% Wilson interval over its {int(r.n_samples)} test samples]: "
+                 f"{_seeds_title(r.per_seed)}")
+    else:
+        title = _seeds_title(r.per_seed)
+    if int(r.n_seeds) != runs:
+        detail += f" (n={int(r.n_seeds)})"
+        title += f"; {int(r.n_seeds)} of {runs} runs reached this length"
+    return Cell(pct(r.exact_match), float(r.exact_match), title, detail=detail.strip())
+
+
+def _factor_headers(part: pd.DataFrame, factors: list[int]) -> list[Header]:
+    headers = []
+    for f in factors:
+        lengths = sorted({int(v) for v in part.loc[part["factor"] == f, "eval_length"].dropna()})
+        ours = f"ours: length {', '.join(map(str, lengths))}; " if lengths else ""
+        headers.append(Header(factor_label(f), f"exact match (%) at {f}× the training length ({ours}paper "
+                                               f"rows: {f}× 64)", numeric=True))
+    return headers
+
+
+def task_headers(part: pd.DataFrame, factors: list[int]) -> tuple[Header, ...]:
+    return (
+        Header("backend", "attention backend; the rows below the line are pinned: per backend, our run "
+                          "chosen as the paper chose its numbers, then the paper's number"),
+        Header("pos", "position scheme"),
+        Header("setting", "the setting (recipe without seed) shown: the one with the best mean "
+                          "in-distribution validation exact match over its seeds; val = that mean (%)"),
+        Header("runner-up", "the second-best setting by the same rule"),
+        Header("seeds", "runs (seeds) of the setting", numeric=True),
+        Header("learned", f"seeds whose in-distribution (1×) test exact match is ≥ "
+                          f"{LEARNED_THRESHOLD * 100:.0f}%, of all seeds", numeric=True),
+        *_factor_headers(part, factors),
+        Header("eff. length", f"largest factor whose mean exact match stays ≥ "
+                              f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every factor up to it "
+                              "(≥: even the longest evaluated one passes)", numeric=True),
+        Header("failed runs", "runs recorded as failed (diverged, out of memory, …)", numeric=True),
+    )
+
+
+def _setting_cells(first: Any) -> tuple[Cell, Cell]:
+    val = "" if is_missing(first["val_exact_id"]) else f" · val {pct(first['val_exact_id'])}"
+    detail = first["setting_detail"] if isinstance(first["setting_detail"], str) else ""
+    setting = Cell(f"{first['setting']}{val}", None, f"{detail}. Selection: {first['selection']}.")
+    if isinstance(first["runner_up"], str) and first["runner_up"]:
+        runner_val = f" · val {pct(first['runner_up_val_exact_id'])}"
+        return setting, Cell(f"{first['runner_up']}{runner_val}", None, "runner-up by mean 1× validation")
+    return setting, Cell(NONE, None, "no other setting was run" if first["selection"] == "only setting"
+                         else "no runner-up: settings cannot be ranked without validation scores")
+
+
+def _measured_row(group: pd.DataFrame, factors: list[int]) -> Row:
+    first = group.iloc[0]
+    runs = int(first["runs"])
+    by_factor = {int(r.factor): r for r in group.itertuples() if not is_missing(r.factor)}
+    one_x = by_factor.get(1)
+    learned = int(first["learned_seeds"])
+    learned_title = (f"1× test exact match per seed: {_seeds_title(one_x.per_seed) if one_x else 'none'}; "
+                     f"a seed learned when ≥ {LEARNED_THRESHOLD * 100:.0f}%")
+    setting, runner = _setting_cells(first)
+    cells = [Cell(str(first["method"]), None, ""), Cell(str(first["pos"])), setting, runner,
+             Cell(str(runs), float(runs)),
+             Cell(f"{learned}/{runs}", learned / runs if runs else -1.0, learned_title)]
+    for f in factors:
+        r = by_factor.get(f)
+        cells.append(_interval_cell(r, runs, False) if r is not None else Cell(NONE, -1.0, "not evaluated"))
+    cells.append(Cell(effective_label(first["effective_length"], first["effective_length_capped"]),
+                      effective_sort(first["effective_length"], first["effective_length_capped"])))
+    cells.append(Cell(str(int(first["runs_failed"])), float(first["runs_failed"])))
+    return Row(tuple(cells))
+
+
+def _protocol_row(group: pd.DataFrame, factors: list[int]) -> Row:
+    first = group.iloc[0]
+    label = Cell(f"{PROTOCOL_LABEL}: {first['method']}", None,
+                 "the single best run of this backend over seeds × settings × position schemes, "
+                 "selected on 8× validation exact match (never on test data), as the paper selected")
+    if is_missing(first["factor"]):
+        span = len(factors) + 6
+        why = Cell(f"{first['selection']} (no 8× validation scores to select on)", None,
+                   "re-run or re-evaluate the runs to record validation scores", span=span)
+        return Row((label, Cell(NONE), why), kind="protocol")
+    detail = first["setting_detail"] if isinstance(first["setting_detail"], str) else ""
+    by_factor = {int(r.factor): r for r in group.itertuples() if not is_missing(r.factor)}
+    learned = int(first["learned_seeds"])
+    cells = [label, Cell(str(first["pos"])),
+             Cell(str(first["setting"]), None, f"{first['selection']}; {detail}"), Cell(NONE),
+             Cell(f"1 of {int(first['runs'])}", 1.0, "one run, chosen among this many"),
+             Cell(f"{learned}/1", float(learned))]
+    for f in factors:
+        r = by_factor.get(f)
+        cells.append(_interval_cell(r, 1, False) if r is not None else Cell(NONE, -1.0, "not evaluated"))
+    cells.append(Cell(effective_label(first["effective_length"], first["effective_length_capped"])))
+    cells.append(Cell(str(int(first["runs_failed"]))))
+    return Row(tuple(cells), kind="protocol")
+
+
+def _paper_row(group: pd.DataFrame, factors: list[int]) -> Row:
+    first = group.iloc[0]
+    by_factor = {int(r.factor): r for r in group.itertuples()}
+    cells = [Cell(f"{PAPER_LABEL}: {first['method']}", None,
+                  "the paper's reported number: its single best model over 3 seeds × several learning rates, "
+                  "selected on 8× validation; factors are multiples of its training length 64"),
+             Cell(NONE), Cell(NONE), Cell(NONE), Cell(NONE), Cell(NONE)]
+    for f in factors:
+        r = by_factor.get(f)
+        cells.append(_interval_cell(r, 0, True) if r is not None else Cell("", -1.0, "not reported"))
+    cells.append(Cell(effective_label(first["effective_length"], first["effective_length_capped"]), None,
+                      "over the reported factors only"))
+    cells.append(Cell(NONE))
+    return Row(tuple(cells), kind="paper")
+
+
+def task_table(summary: pd.DataFrame, task: str) -> Table:
+    """The task's table: chosen settings (sortable), then the pinned protocol and paper rows."""
+    part = summary[summary["task"] == task]
+    factors = sorted(int(f) for f in part["factor"].dropna().unique())
+    rows, pinned = [], []
+    shown = part[part["chosen"].astype(bool)]
+    keys = shown[["source", "method", "pos", "recipe"]].drop_duplicates()
+    for source, method, pos, recipe in keys.itertuples(index=False):
+        group = shown[(shown["source"] == source) & (shown["method"] == method) & (shown["pos"] == pos)
+                      & (shown["recipe"] == recipe)]
+        if source == "measured":
+            rows.append(_measured_row(group, factors))
+        elif source == "protocol":
+            pinned.append(_protocol_row(group, factors))
+        else:
+            pinned.append(_paper_row(group, factors))
+    return Table(task_headers(part, factors), tuple(rows), tuple(pinned),
+                 label=f"{task}: exact match by length")
+
+
+# -- effective length, task × backend -------------------------------------------------------------
+def effective_table(summary: pd.DataFrame) -> Table:
+    """Effective length of every backend (chosen setting) on every task; pinned: per backend, the
+    paper-protocol run's, then the paper's."""
+    tasks = sorted(summary["task"].unique())
+    shown = summary[summary["chosen"].astype(bool)]
+    headers = (Header("backend", "attention backend"), Header("pos", "position scheme"),
+               *[Header(t, f"effective length on {t}: largest factor whose mean exact match stays ≥ "
+                           f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every factor up to it", numeric=True)
+                 for t in tasks])
+
+    def cells_for(part: pd.DataFrame) -> list[Cell]:
+        out = []
+        for task in tasks:
+            lines = part[part["task"] == task].drop_duplicates(["recipe", "setting"])
+            if lines.empty:
+                out.append(Cell("", -1.0, "not run"))
+                continue
+            if lines["factor"].isna().all() and (lines["source"] == "protocol").all():
+                out.append(Cell("n/a", -1.0, str(lines["selection"].iloc[0])))
+                continue
+            items = list(lines.itertuples())
+            labels = [effective_label(r.effective_length, r.effective_length_capped) for r in items]
+            best = max(effective_sort(r.effective_length, r.effective_length_capped) for r in items)
+            titles = []
+            for r in items:
+                seeds = ("" if is_missing(r.learned_seeds)
+                         else f"learned seeds {int(r.learned_seeds)}/{int(r.runs)}; ")
+                titles.append(f"{seeds}setting {r.setting}" if r.setting else r.selection)
+            out.append(Cell(" / ".join(labels), best, "; ".join(titles)))
+        return out
+
+    rows = []
+    measured = shown[shown["source"] == "measured"]
+    for (method, pos), part in sorted(measured.groupby(["method", "pos"], sort=True), key=lambda kv: kv[0]):
+        rows.append(Row((Cell(str(method)), Cell(str(pos)), *cells_for(part))))
+    pinned = []
+    methods = sorted(set(shown.loc[shown["source"] != "measured", "method"]), key=backend_rank)
+    for method in methods:
+        for source, label in (("protocol", PROTOCOL_LABEL), ("paper", PAPER_LABEL)):
+            part = shown[(shown["source"] == source) & (shown["method"] == method)]
+            if not part.empty:
+                pinned.append(Row((Cell(f"{label}: {method}"), Cell(NONE), *cells_for(part)), kind=source))
+    return Table(headers, tuple(rows), tuple(pinned), label="effective length per task and backend")
+
+
+# -- the paper's protocol against ours ------------------------------------------------------------
+def _joined(values: Iterable[Any]) -> str:
+    items = sorted({str(v) for v in values if not is_missing(v)}, key=lambda s: (len(s), s))
+    return ", ".join(items) if items else NONE
+
+
+def _train_range(task: str, config: dict[str, Any]) -> str:
+    """The training length range as the harness draws it (default low end: max(task minimum, L/2))."""
+    top, low = config["train"]["train_length"], config["train"]["min_train_length"]
+    if low is None:
+        try:
+            from lengthgen.tasks import get_task
+
+            low = max(get_task(task, **config.get("task_params", {})).min_length, top // 2)
+        except Exception:  # a task this installation does not know
+            return f"L/2..{top}"
+    return f"{low}..{top}"
+
+
+def _samples(ok: pd.DataFrame) -> str:
+    n = ok["n_samples"].dropna().astype(int)
+    if n.empty:
+        return NONE
+    return f"{n.max()}" if n.min() == n.max() else f"{n.max()} (1×) .. {n.min()}"
+
+
+def ours(rows: pd.DataFrame, task: str) -> dict[str, str]:
+    """Our protocol for one task, in the fields of ``PAPER_PROTOCOL`` (every value seen, joined)."""
+    part = rows[rows["task"] == task]
+    configs = [config_dict(c) for c in sorted(set(part["config_json"].dropna()))]
+    ok = part[part["status"] == "ok"].dropna(subset=["factor"])
+    rules = _joined(c["train"]["selection"] for c in configs)
+    return {
+        "train lengths": _joined(_train_range(task, c) for c in configs),
+        "steps": _joined(c["train"]["steps"] for c in configs),
+        "batch": _joined(c["train"]["batch_size"] for c in configs),
+        "width": _joined(f"d {c['arch']['d_model']}, {c['arch']['n_heads']} heads" for c in configs),
+        "depth": _joined(f"{c['arch']['n_layers']} layers" for c in configs),
+        "learning rate": _joined(json.dumps(c["train"]["lr"]) for c in configs),
+        "test samples per length": _samples(ok),
+        "selection": f"checkpoint: best {rules} validation; a row: the setting with the best mean 1× "
+                     "validation, mean over its seeds; paper-protocol row: best single run by 8× validation",
+    }
+
+
+def comparison_table(rows: pd.DataFrame, task: str) -> Table | None:
+    """The paper's protocol and ours side by side, field by field (None without paper numbers)."""
+    paper = PAPER_PROTOCOL.get(task)
+    if paper is None:
+        return None
+    mine = ours(rows, task)
+    body = tuple(Row((Cell(field), Cell(value), Cell(mine[field]))) for field, value in paper.items())
+    headers = (Header("field", "what is compared"), Header("paper", "the paper's protocol for this task"),
+               Header("ours", "the protocol of the runs in this table"))
+    return Table(headers, body, label=f"{task}: the paper's protocol and ours")
+
+
+# -- how the runs were made -----------------------------------------------------------------------
+def protocol_table(rows: pd.DataFrame) -> Table:
+    """Per task: preset, training lengths, steps, batch, checkpoint rule, factors, samples, runs, time."""
+    headers = (Header("task"), Header("preset"), Header("train lengths", "uniform in this range"),
+               Header("steps", numeric=True), Header("batch", numeric=True),
+               Header("selection", "checkpoint selection: id = in-distribution validation, 8x = at 8×"),
+               Header("eval factors"), Header("samples per length", "test samples (fewer at long lengths)"),
+               Header("runs", numeric=True), Header("train + eval time", "summed over runs", numeric=True))
+    body = []
+    for task, group in sorted(rows.groupby("task"), key=lambda kv: kv[0]):
+        configs = [config_dict(c) for c in sorted(set(group["config_json"].dropna()))]
+        ok = group[group["status"] == "ok"].dropna(subset=["factor"])
+        factors = sorted(set(ok["factor"].astype(int)))
+        per_run = group.drop_duplicates("run_id")
+        seconds = math.fsum(float(v) for v in per_run["train_seconds"].dropna())
+        seconds += math.fsum(float(v) for v in ok["eval_seconds"].dropna())
+        body.append(Row((
+            Cell(str(task)), Cell(_joined(group["preset"])),
+            Cell(_joined(_train_range(str(task), c) for c in configs)),
+            Cell(_joined(group["steps"].dropna().astype(int)), _first_number(group["steps"])),
+            Cell(_joined(c["train"]["batch_size"] for c in configs), _first_number(
+                pd.Series([c["train"]["batch_size"] for c in configs]))),
+            Cell(_joined(group["selection"])),
+            Cell(f"1×..{factors[-1]}×" if factors else NONE, float(factors[-1]) if factors else -1.0),
+            Cell(_samples(ok)), Cell(str(per_run["run_id"].nunique()), float(per_run["run_id"].nunique())),
+            Cell(f"{seconds / 60:.1f} min", seconds),
+        )))
+    return Table(headers, tuple(body), label="how the runs were made")
+
+
+def _first_number(series: pd.Series) -> float:
+    values = sorted(float(v) for v in series.dropna())
+    return values[0] if values else -1.0

@@ -1,0 +1,208 @@
+"""Rendering every output in memory, and writing them: README.md, leaderboard.csv, leaderboard.html, plots/.
+
+The outputs are a pure function of the rows and the arguments: the date shown is the newest run's
+``created_at`` (not the clock), and the commit is given (``--commit``) or read from git as the last
+commit that touched the data, which regenerating the page does not change. So regenerating the
+same data at the same commit gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from lengthgen.leaderboard import page as html_page
+from lengthgen.leaderboard.paper import PAPER_LABEL, PAPER_TRAIN_LENGTHS, PROTOCOL_LABEL
+from lengthgen.leaderboard.plots import DISPERSION_CAPTION, plot_dispersion, plot_exact_match
+from lengthgen.leaderboard.reproduce import leaderboard_command, sweep_commands
+from lengthgen.leaderboard.selection import PREDATES
+from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD
+from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
+from lengthgen.leaderboard.tables import csv_bytes, markdown
+from lengthgen.leaderboard.views import comparison_table, effective_table, protocol_table, task_table
+
+DEFAULT_TITLE = "lengthgen leaderboard"
+UNKNOWN_COMMIT = "unknown"
+RESUME = "Re-running a sweep command resumes it (finished runs are skipped)."
+
+INTERVAL = "mean [lo, hi]"
+INTERVAL_TITLE = ("mean over seeds with its 95% interval: Student t over the per-seed exact match with ≥ 2 "
+                  "seeds (zero width when every seed scores the same); with one seed, the run's own Wilson "
+                  "interval over its test samples")
+
+EXACT_CAPTION = (
+    "Thick line: mean over seeds of the setting the table shows; one colour per backend, one line style per "
+    "position scheme. Thin lines: one seed each (solid: learned, dotted: did not). Dash-dot with crosses: "
+    f"the paper's reported numbers (trained at {PAPER_TRAIN_LENGTHS}, so its factors are multiples of 64)."
+)
+
+
+def _intro() -> list[str]:
+    """How to read the tables; ``{interval}`` marks the notation the page explains on hover."""
+    return [
+        "**Cells**: exact match (%) at each evaluation length, as a multiple of the training length: "
+        "{interval} over seeds. With ≥ 2 seeds the interval is a Student-t interval over the per-seed exact "
+        "match; with 1 seed it is the run's Wilson interval over its test samples. `(n=k)` marks cells with "
+        "fewer seeds than the row (runs that failed at that length). Hover a cell for each seed's value.",
+        "**learned**: k/n seeds whose in-distribution (1×) test exact match is ≥ "
+        f"{LEARNED_THRESHOLD * 100:.0f}%. "
+        "A mean like 33 [0, 100] with 1/3 learned is one seed that learned and two that did not.",
+        "**setting**, **runner-up**: runs that differ only by seed form a setting. Per backend and position "
+        "scheme the table shows the setting with the best mean in-distribution validation exact match over "
+        "its seeds (`val`, %), never chosen on test data, and names the second best. Runs that failed before "
+        "any evaluation count as 0. Runs made before validation scores were recorded cannot be ranked: with "
+        f"one setting there is nothing to choose; with several, each gets its own row ({PREDATES}).",
+        f"**{PROTOCOL_LABEL}** (pinned rows): per backend, the single best run over seeds × settings × "
+        "position schemes, selected on 8× validation exact match, as the paper selected its numbers; it sits "
+        f"directly above **{PAPER_LABEL}**, the paper's Table 1 (not measured here; blank where it reports "
+        f"nothing; its factors are multiples of 64). Pinned rows never move when a table is sorted.",
+        "**eff. length**: the largest factor whose mean exact match stays ≥ "
+        f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every evaluated factor up to it (`≥` when even the longest "
+        "evaluated length passes; — when 1× does not).",
+    ]
+
+
+def _bold(text: str) -> str:
+    import re
+
+    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", text)
+
+
+def data_date(rows: pd.DataFrame) -> str:
+    """The newest run's creation time (UTC), the date the page shows: from the data, not the clock."""
+    stamps = sorted(str(v) for v in rows["created_at"].dropna()) if "created_at" in rows else []
+    if not stamps:
+        return "unknown"
+    return pd.Timestamp(stamps[-1]).tz_convert("UTC").strftime("%Y-%m-%d %H:%M UTC")
+
+
+def data_commit(path: str | os.PathLike[str]) -> str:
+    """The last git commit that touched ``path`` (its data), '+ uncommitted changes' when it has
+    some; ``unknown`` outside a git repository. Committing a regenerated page does not change it."""
+    target = Path(path)
+    folder = target if target.is_dir() else target.parent
+    try:
+        def git(*args: str) -> str:
+            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True,
+                                  timeout=30, check=True)
+            return done.stdout.strip()
+
+        commit = git("log", "-1", "--format=%h", "--", str(target.resolve()))
+        dirty = git("status", "--porcelain", "--", str(target.resolve()))
+    except (OSError, subprocess.SubprocessError):
+        return UNKNOWN_COMMIT
+    if not commit:
+        return f"{UNKNOWN_COMMIT} (data not committed)"
+    return f"{commit} + uncommitted changes" if dirty else commit
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """All outputs of a leaderboard in memory (file name → bytes), so writing is one step."""
+
+    files: dict[str, bytes]
+
+
+def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR", out_name: str = "OUT",
+           hardware: str | None = None, commit: str = UNKNOWN_COMMIT, data_link: str = "data/") -> Rendered:
+    """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows."""
+    rows = rows.sort_values(["task", "attn", "pos", "seed", "run_id", "factor"], kind="mergesort",
+                            na_position="last").reset_index(drop=True)
+    summary = summarize(rows)
+    tasks = sorted(rows["task"].dropna().unique())
+    files: dict[str, bytes] = {}
+    meta = (f"Data as of {data_date(rows)} (newest run), data commit {commit}; {len(rows)} result rows, "
+            f"{rows['run_id'].nunique()} runs")
+    intro = _intro()
+    effective = effective_table(summary)
+    md = [f"# {title}", "", f"{meta}. Generated by `lengthgen leaderboard`: a pure function of the rows, so "
+          "regenerating from the same data at the same commit reproduces these files byte for byte. "
+          "[leaderboard.csv](leaderboard.csv) has every number, per-seed values included; "
+          "[leaderboard.html](leaderboard.html) is this page with sortable tables.", "",
+          "## How to read", "", *[f"- {p.format(interval=INTERVAL)}" for p in intro], "",
+          "## Effective length per task and backend", "", markdown(effective), ""]
+    sections = []
+    for task in tasks:
+        exact = plot_exact_match(rows, task, io.BytesIO(), summary=summary, fmt="svg").getvalue()
+        disp = plot_dispersion(rows, task, io.BytesIO(), summary=summary, fmt="svg").getvalue()
+        files[f"plots/{task}_exact_match.svg"] = exact
+        files[f"plots/{task}_dispersion.svg"] = disp
+        table = task_table(summary, task)
+        compare = comparison_table(rows, task)
+        md += [f"## {task}", "", markdown(table), ""]
+        blocks = [html_page.html_table(table)]
+        if compare is not None:
+            md += ["The paper's protocol and ours:", "", markdown(compare), ""]
+            blocks += ["<h3>The paper's protocol and ours</h3>", html_page.html_table(compare)]
+        exact_alt = f"{task}: exact match vs length"
+        disp_alt = f"{task}: attention entropy and support vs length"
+        md += [f"![{exact_alt}](plots/{task}_exact_match.svg)", "", f"*{EXACT_CAPTION}*", "",
+               f"![{disp_alt}](plots/{task}_dispersion.svg)", "", f"*{DISPERSION_CAPTION}*", ""]
+        blocks += [html_page.figure(exact, exact_alt, EXACT_CAPTION),
+                   html_page.figure(disp, disp_alt, DISPERSION_CAPTION)]
+        sections.append(html_page.Section(f"task-{task}", task, tuple(blocks)))
+    protocol = protocol_table(rows)
+    env = [f"device: {_values(rows['device'])}" + (f"; hardware: {hardware}" if hardware else ""),
+           f"lengthgen {_values(rows['lengthgen_version'])}, torch {_values(rows['torch_version'])}",
+           "evaluation: a fixed test set per (task, length), independent of the training seed (paired); "
+           "checkpoint selection as in the table (`id` = in-distribution validation, `8x` = at 8×)."]
+    commands = [*sweep_commands(rows, source),
+                leaderboard_command(source, out_name, hardware, title, DEFAULT_TITLE)]
+    md += ["## Protocol and hardware", "", markdown(protocol), "", *[f"- {line}" for line in env], "",
+           "## Reproduce", "", RESUME, "", "```sh", *commands, "```", ""]
+    files["README.md"] = "\n".join(md).encode()
+    files["leaderboard.csv"] = csv_bytes(summary, CSV_COLUMNS)
+    interval_html = f'<abbr title="{html_page._attr(INTERVAL_TITLE)}">{INTERVAL}</abbr>'
+    items = [_bold(html_page.code_spans(p)).replace("{interval}", interval_html) for p in intro]
+    intro_html = ["<h2>How to read</h2>", "<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>"]
+    tail = ["<h2>Protocol and hardware</h2>", html_page.html_table(protocol),
+            "<ul>" + "".join(f"<li>{html_page.code_spans(line)}</li>" for line in env) + "</ul>",
+            "<h2>Reproduce</h2>", f"<p>{RESUME}</p>",
+            "<pre>" + "\n".join(html_page.html.escape(c) for c in commands) + "</pre>"]
+    files["leaderboard.html"] = html_page.page(
+        title=title, meta=meta, intro=intro_html, sections=sections, tail=tail,
+        links=[("CSV", "leaderboard.csv"), ("README", "README.md"), ("data", data_link)],
+        summary="<h2>Effective length per task and backend</h2>\n" + html_page.html_table(effective),
+    ).encode()
+    return Rendered(files)
+
+
+def _values(series: pd.Series) -> str:
+    items = sorted({str(v) for v in series.dropna()})
+    return ", ".join(items) if items else "—"
+
+
+def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title: str = DEFAULT_TITLE,
+                      source: str = "DIR", hardware: str | None = None,
+                      commit: str | None = None) -> list[Path]:
+    """Render and write every output under ``out`` (atomically, file by file); returns the paths.
+
+    ``commit`` defaults to the last git commit of the data under ``source``."""
+    data = Path(source) / "data" if (Path(source) / "data").is_dir() else Path(source)
+    link = os.path.relpath(data, out).replace(os.sep, "/") + ("/" if data.is_dir() else "")
+    rendered = render(rows, title=title, source=source, out_name=str(out), hardware=hardware,
+                      commit=commit if commit is not None else data_commit(data), data_link=link)
+    files = sorted(rendered.files.items())
+    return [_write_bytes_atomic(content, Path(out) / name) for name, content in files]
+
+
+def _write_bytes_atomic(data: bytes, target: Path) -> Path:
+    """Temp file + rename, like the results files: a reader never sees half a page or image."""
+    import tempfile
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these files are meant to be published
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
