@@ -1,0 +1,47 @@
+"""Hand-made result rows for the leaderboard tests (shared by the table and the browser tests)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lengthgen.harness.evaluate import wilson_interval
+from lengthgen.harness.results import rows_to_frame
+from lengthgen.presets import build_run_config
+
+
+def make_rows(exact: dict[tuple[str, int], list[float]], task: str = "copy", n: int = 100,
+              failed: tuple[tuple[str, int], ...] = (), pos: str = "nape", lr: float | None = None,
+              val: dict[tuple[str, int], tuple[float, float]] | None = None) -> pd.DataFrame:
+    """Rows for runs (attn, seed) with the given exact match at factors 1, 2, 4, … (one value each);
+    ``val`` gives a run's (1×, 8×) validation exact match (absent: rows that predate those columns)."""
+    rows = []
+    for (attn, seed), values in sorted(exact.items()):
+        config = build_run_config(task, attn, pos=pos, seed=seed, train_overrides={"steps": 10, "lr": lr},
+                                  eval_overrides={"max_factor": 2 ** (len(values) - 1), "samples": n})
+        run_id = f"{task}-{attn}-{pos}-s{seed}-{config.config_hash()[:8]}"
+        val_id, val_8x = (val or {}).get((attn, seed), (None, None))
+        base = {"run_id": run_id, "task": task, "attn": attn, "pos": pos, "seed": seed, "preset": "quick",
+                "train_length": 16, "steps": 10, "val_exact_id": val_id, "val_exact_8x": val_8x,
+                "selection": "id", "device": "cpu", "lengthgen_version": "0.1.0", "torch_version": "2.x",
+                "config_hash": config.config_hash(), "config_json": config.canonical_json(),
+                "train_seconds": 30.0, "created_at": f"2026-01-0{seed + 1}T00:00:00+00:00"}
+        for i, value in enumerate(values):
+            hits = round(value * n)
+            lo, hi = wilson_interval(hits, n)
+            rows.append({**base, "factor": 2 ** i, "eval_length": 16 * 2 ** i, "n_samples": n,
+                         "exact_match": hits / n, "exact_match_lo": lo, "exact_match_hi": hi,
+                         "token_accuracy": value, "attn_entropy": 0.2 + 0.1 * i + 0.01 * seed,
+                         "attn_support": 2.0 ** (i + 1), "eval_seconds": 1.0, "status": "ok", "error": None})
+        if (attn, seed) in failed:
+            rows.append({**base, "status": "failed", "error": "OutOfMemoryError: at the next length"})
+    return rows_to_frame(rows)
+
+
+ROWS = {
+    ("asentmax", 0): [1.0, 0.98, 0.95, 0.80],
+    ("asentmax", 1): [1.0, 0.96, 0.93, 0.70],
+    ("asentmax", 2): [1.0, 0.97, 0.91, 0.75],
+    ("softmax", 0): [1.0, 0.90, 0.40, 0.00],
+    ("softmax", 1): [0.99, 0.86, 0.30, 0.00],
+    ("softmax", 2): [1.0, 0.88, 0.35, 0.01],
+}

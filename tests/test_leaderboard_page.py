@@ -1,0 +1,209 @@
+"""The leaderboard page in a real browser: headless Chromium driven through Selenium.
+
+Every table sorts on a header click (▲/▼ shown, pinned rows unmoved), headers are reachable with
+Tab and sort with Enter, the console stays free of errors, and on a 400 px phone the page keeps
+its width while tables scroll sideways and intervals never wrap. Skips, saying why, where Chromium
+or its driver is not installed (Debian: ``apt-get install chromium chromium-driver``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from leaderboard_rows import ROWS, make_rows  # tests/ is on sys.path
+
+from lengthgen.leaderboard import write_leaderboard
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="no selenium: pip install selenium")
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+
+BROWSER = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+DRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    BROWSER is None or DRIVER is None,
+    reason="no headless browser: install Chromium and its driver (apt-get install chromium chromium-driver)",
+)
+
+#: Flags for a sandbox-less container with no network and no GPU.
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage")
+
+
+@pytest.fixture(scope="module")
+def page_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A board with two tasks, two learning rates for softmax (so a runner-up), paper rows (copy)."""
+    root = tmp_path_factory.mktemp("board")
+    val = {key: (0.9 + 0.01 * key[1], 0.5) for key in ROWS}
+    other = make_rows({("softmax", 0): [0.8, 0.2], ("softmax", 1): [0.7, 0.1]}, lr=5e-4,
+                      val={("softmax", 0): (0.5, 0.1), ("softmax", 1): (0.6, 0.1)})
+    flip = make_rows({("softmax", 0): [1.0, 0.95, 0.9], ("entmax", 0): [0.9, 0.5, 0.1]}, task="flip_flop")
+    rows = pd.concat([make_rows(ROWS, val=val), other, flip], ignore_index=True)
+    write_leaderboard(rows, root, source=str(root), commit="abc1234")
+    return (root / "leaderboard.html").as_uri()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(BROWSER)
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=str(DRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def console_errors(driver: Any) -> list[str]:
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def load(driver: Any, url: str, width: int) -> None:
+    driver.set_window_size(width, 900)
+    driver.get(url)
+    console_errors(driver)  # drain anything logged before this page
+
+
+def column(table: Any, index: int, pinned: bool = False) -> list[str]:
+    body = table.find_elements(By.CSS_SELECTOR, "tbody.pinned" if pinned else "tbody:not(.pinned)")
+    return [row.find_elements(By.TAG_NAME, "td")[index].get_attribute("data-v") or ""
+            for row in body[0].find_elements(By.TAG_NAME, "tr")] if body else []
+
+
+def pinned_text(table: Any) -> str:
+    return "\n".join(t.text for t in table.find_elements(By.CSS_SELECTOR, "tbody.pinned"))
+
+
+def sortable_column(table: Any) -> int:
+    """A numeric column whose values differ between rows, so a sort shows."""
+    heads = table.find_elements(By.CSS_SELECTOR, "thead th")
+    for index, head in enumerate(heads):
+        values = column(table, index)
+        if head.get_attribute("data-numeric") == "1" and all(values) and len(set(values)) > 1:
+            return index
+    return 0
+
+
+def test_console_check_catches_errors(browser: Any) -> None:
+    """The console check below can fail: a page that throws is caught."""
+    browser.get("data:text/html,<script>undefined.dataset</script>")
+    assert any("TypeError" in message for message in console_errors(browser))
+
+
+def test_every_table_sorts_on_click_with_indicator(browser: Any, page_url: str) -> None:
+    load(browser, page_url, 1400)
+    tables = browser.find_elements(By.CSS_SELECTOR, "table.sortable")
+    assert len(tables) == 5  # effective length; copy and its paper-vs-ours; flip_flop; how the runs were made
+    for table in tables:
+        col = sortable_column(table)
+        head = table.find_elements(By.CSS_SELECTOR, "thead th")[col]
+        pinned_before = pinned_text(table)
+        numeric = head.get_attribute("data-numeric") == "1"
+        head.find_element(By.TAG_NAME, "button").click()
+        values = column(table, col)
+        if numeric:
+            numbers = [float(v) for v in values]
+            assert numbers == sorted(numbers, reverse=True), (head.text, numbers)
+            assert head.get_attribute("aria-sort") == "descending" and "▼" in head.text
+        else:
+            cells = [r.find_elements(By.TAG_NAME, "td")[col].text
+                     for r in table.find_elements(By.CSS_SELECTOR, "tbody:not(.pinned) tr")]
+            assert head.get_attribute("aria-sort") == "ascending" and "▲" in head.text, cells
+        head.find_element(By.TAG_NAME, "button").click()
+        assert head.get_attribute("aria-sort") == ("ascending" if numeric else "descending")
+        if numeric:
+            numbers = [float(v) for v in column(table, col)]
+            assert numbers == sorted(numbers) and "▲" in head.text
+        others = [h for i, h in enumerate(table.find_elements(By.CSS_SELECTOR, "thead th")) if i != col]
+        assert all(h.get_attribute("aria-sort") == "none" for h in others)
+        assert pinned_text(table) == pinned_before  # the paper and protocol rows never move
+    assert console_errors(browser) == []
+
+
+def test_headers_are_reachable_and_sort_by_keyboard(browser: Any, page_url: str) -> None:
+    load(browser, page_url, 1400)
+    table = browser.find_elements(By.CSS_SELECTOR, "table.sortable")[1]  # the first task's table
+    col = sortable_column(table)
+    target = table.find_elements(By.CSS_SELECTOR, "thead th button")[col]
+    body = browser.find_element(By.TAG_NAME, "body")
+    body.click()
+    for _ in range(200):  # Tab through links, scroll regions and header buttons until the target
+        browser.switch_to.active_element.send_keys(Keys.TAB)
+        if browser.switch_to.active_element == target:
+            break
+    else:
+        pytest.fail("the header button is not reachable with Tab")
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
+    head = table.find_elements(By.CSS_SELECTOR, "thead th")[col]
+    numbers = [float(v) for v in column(table, col)]
+    assert head.get_attribute("aria-sort") == "descending" and numbers == sorted(numbers, reverse=True)
+    browser.switch_to.active_element.send_keys(Keys.SPACE)
+    assert head.get_attribute("aria-sort") == "ascending"
+    assert console_errors(browser) == []
+
+
+def test_tooltips_links_and_date(browser: Any, page_url: str) -> None:
+    load(browser, page_url, 1400)
+    heads = browser.find_elements(By.CSS_SELECTOR, "table.sortable thead th")
+    task_heads = [h for h in heads if h.text.strip() in ("learned", "setting", "runner-up", "eff. length")]
+    assert task_heads and all(h.get_attribute("title") for h in task_heads)
+    abbr = browser.find_element(By.TAG_NAME, "abbr")
+    assert abbr.text == "mean [lo, hi]" and "Student t" in abbr.get_attribute("title")
+    links = {a.text: a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "p.meta a")}
+    assert set(links) == {"CSV", "README", "data"} and links["CSV"].endswith("/leaderboard.csv")
+    assert links["data"].endswith("/data/") or links["data"].endswith("/")
+    meta = browser.find_element(By.CSS_SELECTOR, "p.meta").text
+    assert "Data as of 2026-01-03 00:00 UTC" in meta and "data commit abc1234" in meta
+    interval = browser.find_element(By.CSS_SELECTOR, "td.n[title*='Student-t']")
+    assert "s0" in interval.get_attribute("title")  # per-seed values on hover
+
+
+def test_phone_layout(browser: Any, page_url: str) -> None:
+    load(browser, page_url, 400)
+    width = browser.execute_script("return window.innerWidth")
+    assert width <= 400  # the viewport tag: no 980 px desktop layout scaled down
+    page_width = browser.execute_script("return document.documentElement.scrollWidth")
+    assert page_width <= width  # the page itself never scrolls sideways ...
+    scrolls = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.scroll')).map(e => e.scrollWidth > e.clientWidth)")
+    assert any(scrolls)  # ... wide tables scroll inside their box
+    font = browser.execute_script(
+        "return parseFloat(getComputedStyle(document.querySelector('td')).fontSize)")
+    assert font >= 11
+    wrapped = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.ci')).filter(e => e.getClientRects().length !== 1 "
+        "|| e.getBoundingClientRect().height > 1.6 * parseFloat(getComputedStyle(e).fontSize)).length")
+    assert wrapped == 0  # no interval breaks across lines
+    pre = browser.execute_script(
+        "var p = document.querySelector('pre'); return [getComputedStyle(p).overflowX, "
+        "p.scrollWidth > p.clientWidth, p.getBoundingClientRect().right <= window.innerWidth + 1]")
+    assert pre == ["auto", True, True]  # the commands scroll inside their box
+    assert console_errors(browser) == []
+
+
+def test_desktop_layout(browser: Any, page_url: str) -> None:
+    load(browser, page_url, 1400)
+    pre_fits = browser.execute_script(
+        "var p = document.querySelector('pre'); return p.getBoundingClientRect().right <= window.innerWidth")
+    assert pre_fits
+    figures = browser.execute_script(
+        "return Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
+    assert figures and all(figures)  # every inline SVG figure decodes
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def test_page_written_next_to_data_links_it(tmp_path: Path) -> None:
+    """The page's data link points at the data it was built from (no browser needed)."""
+    rows = make_rows(ROWS)
+    write_leaderboard(rows, tmp_path / "out", source=str(tmp_path), commit="x")
+    assert 'href="../"' in (tmp_path / "out" / "leaderboard.html").read_text()
