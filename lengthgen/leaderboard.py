@@ -32,7 +32,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
-from lengthgen.harness.results import read_results  # noqa: E402
+from lengthgen.files import atomic_write  # noqa: E402
+from lengthgen.harness.results import load_results  # noqa: E402
 
 #: Mean exact match a factor must reach (at it and every shorter factor) for the effective length.
 EFFECTIVE_THRESHOLD = 0.9
@@ -68,17 +69,8 @@ CSV_COLUMNS: tuple[str, ...] = (
 
 # -- loading --------------------------------------------------------------------------------------
 def load_rows(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Result rows of a sweep folder (its ``data/``), a results folder or one Parquet file.
-
-    A sweep folder's ``runs/`` repeats every run's rows, so only ``data/`` is read there.
-    Exact duplicates of a (run, length) row are dropped.
-    """
-    root = Path(path)
-    rows = read_results(root / "data" if (root / "data").is_dir() else root)
-    if rows.empty:
-        return rows
-    rows = rows.sort_values(["run_id", "factor", "status"], kind="mergesort", na_position="last")
-    return rows.drop_duplicates(subset=["run_id", "factor", "status"]).reset_index(drop=True)
+    """Result rows of a sweep folder (its ``data/``), a results folder or one Parquet file."""
+    return load_results(path)
 
 
 # -- statistics -----------------------------------------------------------------------------------
@@ -174,7 +166,10 @@ def _recipe(config_json: Any, ignore: Sequence[str] = ("seed",)) -> str:
 
 def _prepared(rows: pd.DataFrame) -> pd.DataFrame:
     frame = rows.copy()
-    frame["recipe"] = [_recipe(c) for c in frame["config_json"]]
+    # an evaluation variant (``lengthgen eval --param``) is a row of its own, labelled with it
+    variants = frame["eval_variant"] if "eval_variant" in frame else [""] * len(frame)
+    frame["recipe"] = [_recipe(c) + (f", {v}" if v else "")
+                       for c, v in zip(frame["config_json"], variants, strict=True)]
     frame["pos"] = frame["pos"].fillna("")
     return frame.sort_values(["task", "attn", "pos", "recipe", "seed", "run_id", "factor"], kind="mergesort",
                              na_position="last").reset_index(drop=True)
@@ -350,11 +345,16 @@ def _ok_rows(rows: pd.DataFrame, task: str) -> pd.DataFrame:
 
 def _finish(fig: Any, path: str | os.PathLike[str] | io.BytesIO) -> Any:
     """Save without software/date metadata so identical figures give identical bytes."""
-    if not isinstance(path, io.BytesIO):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return path
+    def save(handle: Any) -> None:
+        fig.savefig(handle, format="png", metadata={"Software": None})
+
+    try:
+        if isinstance(path, io.BytesIO):
+            save(path)
+            return path
+        return atomic_write(path, save)
+    finally:
+        plt.close(fig)
 
 
 def _colors(task: str, methods: Iterable[str]) -> dict[str, Any]:
@@ -492,8 +492,8 @@ def _sweep_flags(task: str, config: dict[str, Any]) -> tuple[str, ...] | None:
     """The flags that make ``lengthgen sweep`` build ``config`` (bar backend, position, seed):
     dedicated flags where they exist, ``--set`` for any other field that differs from the preset.
     None when this installation cannot rebuild it (unknown task or preset)."""
-    from lengthgen.presets import build_run_config
-    from lengthgen.sweep import SECTIONS, SweepSpec
+    from lengthgen.config import SECTIONS, build_run_config
+    from lengthgen.sweeps import SweepSpec
 
     try:
         preset = config["preset"]
@@ -695,21 +695,4 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
                       source: str = "DIR", hardware: str | None = None) -> list[Path]:
     """Render and write every output under ``out`` (atomically, file by file); returns the paths."""
     rendered = render(rows, title=title, source=source, out_name=str(out), hardware=hardware)
-    return [_write_bytes_atomic(data, Path(out) / name) for name, data in sorted(rendered.files.items())]
-
-
-def _write_bytes_atomic(data: bytes, target: Path) -> Path:
-    """Temp file + rename, like the results files: a reader never sees half a page or image."""
-    import tempfile
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these files are meant to be published
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return [atomic_write(Path(out) / name, data) for name, data in sorted(rendered.files.items())]

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
+from lengthgen.config import build_run_config
 from lengthgen.harness.evaluate import wilson_interval
 from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
 from lengthgen.leaderboard import (
@@ -23,7 +24,6 @@ from lengthgen.leaderboard import (
     t_quantile,
     task_table,
 )
-from lengthgen.presets import build_run_config
 
 runner = CliRunner()
 
@@ -33,8 +33,8 @@ def make_rows(exact: dict[tuple[str, int], list[float]], task: str = "copy", n: 
     """Rows for runs (attn, seed) with the given exact match at factors 1, 2, 4, … (one value each)."""
     rows = []
     for (attn, seed), values in sorted(exact.items()):
-        config = build_run_config(task, attn, pos=pos, seed=seed, train_overrides={"steps": 10},
-                                  eval_overrides={"max_factor": 2 ** (len(values) - 1), "samples": n})
+        config = build_run_config(task, attn, pos=pos, seed=seed, overrides={
+            "train.steps": 10, "eval.max_factor": 2 ** (len(values) - 1), "eval.samples": n})
         run_id = f"{task}-{attn}-{pos}-s{seed}-{config.config_hash()[:8]}"
         base = {"run_id": run_id, "task": task, "attn": attn, "pos": pos, "seed": seed, "preset": "quick",
                 "train_length": 16, "steps": 10,
