@@ -1,69 +1,107 @@
 """``lengthgen`` command line.
 
-Every user mistake (unknown name, bad length, impossible combination) ends with exit code 2 and
-a one-line message that names the valid choices; never a traceback.
+Every user mistake (unknown name, bad value, impossible combination, a folder that cannot be
+written) ends with exit code 2 and a one-line ``error: ...`` that names the valid choices; never
+a traceback. The conversion happens in one place, :class:`OneLineErrors`, for the library's
+:class:`~lengthgen.errors.UserError`, pydantic's validation errors, click's usage errors and
+file-system errors alike.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
+import click
 import typer
 from pydantic import ValidationError
+from typer.core import TyperGroup
 
-from lengthgen.registry import RegistryError
+from lengthgen.errors import UserError, UserNotice
+
+
+def one_line(text: str) -> str:
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def error_message(exc: BaseException) -> str | None:
+    """The one-line message for an exception a user can act on (None: a bug, let it surface)."""
+    from lengthgen.config import validation_message
+
+    if isinstance(exc, UserError):
+        return str(exc)
+    if isinstance(exc, ValidationError):
+        return validation_message(exc, "invalid parameters")
+    if isinstance(exc, click.ClickException):
+        return exc.format_message()
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or type(exc).__name__}{where}"
+    return None
+
+
+class OneLineErrors(TyperGroup):
+    """The one place that turns user errors into ``error: <one line>`` and exit code 2."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            result = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                                  standalone_mode=False, **extra)
+            code = result if isinstance(result, int) else 0
+        except click.exceptions.NoArgsIsHelpError as exc:  # bare `lengthgen`: the help text
+            exc.show()
+            code = exc.exit_code
+        except click.exceptions.Abort:
+            typer.echo("aborted", err=True)
+            code = 1
+        except (UserError, ValidationError, click.ClickException, OSError) as exc:
+            typer.echo(f"error: {one_line(error_message(exc) or exc)}", err=True)
+            code = exc.exit_code if isinstance(exc, click.ClickException) else 2
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
 
 app = typer.Typer(
+    cls=OneLineErrors,
     add_completion=False,
     no_args_is_help=True,
+    pretty_exceptions_enable=False,
     help="Length-generalization benchmark for attention: train short, evaluate up to 1024x longer.",
 )
 
 
-class UsageError(Exception):
-    """Bad input detected by lengthgen itself (exit 2)."""
+def folder_for_writing(path: str, flag: str) -> Path:
+    """``path`` as an output folder, checked before any work starts (it is created later, when
+    the first file is written, so a refused command leaves nothing behind)."""
+    if not path.strip():
+        raise UserError(f"{flag} is empty: give a folder (e.g. {flag} runs)")
+    folder = Path(path)
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{flag} {path}: {probe} is a file, not a folder")
+    if not os.access(probe, os.R_OK | os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: {probe} is not writable (permission denied or read-only)")
+    return folder
 
 
-def fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn the library's input errors into ``error: ...`` and exit code 2."""
-    from lengthgen.tasks.base import TaskInputError
-
-    try:
-        yield
-    except (RegistryError, TaskInputError, UsageError) as exc:
-        raise fail(str(exc)) from None
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise fail(f"invalid parameters: {problems}") from None
-
-
-def parse_params(pairs: list[str] | None) -> dict[str, Any]:
-    """``key=value`` pairs → dict; values parsed as JSON when they can be (numbers, bools)."""
-    params: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, eq, raw = pair.partition("=")
-        if not eq or not key:
-            raise UsageError(f"bad parameter {pair!r}: expected key=value")
-        try:
-            params[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            params[key] = raw
-    return params
+def file_for_writing(path: str, flag: str) -> Path:
+    """``path`` as an output file: not a folder, in a folder that can be written."""
+    if not path.strip():
+        raise UserError(f"{flag} is empty: give a file name")
+    target = Path(path)
+    if target.is_dir():
+        raise UserError(f"{flag} {path} is a folder: give a file name (e.g. {Path(path) / 'plot.png'})")
+    folder_for_writing(str(target.parent), flag)
+    return target
 
 
 class SampleFormat(str, Enum):
@@ -78,37 +116,36 @@ def tasks_command(
     """List the registered tasks, or describe one (parameters, defaults, vocabulary, example)."""
     from lengthgen.tasks import TASKS, get_task
 
-    with user_errors():
-        if describe is None:
-            entries = list(TASKS.entries())
-            width = max((len(e.name) for e in entries), default=4)
-            for entry in entries:
-                typer.echo(f"{entry.name:<{width}}  {entry.obj.description}")
-            for name, error in sorted(TASKS.broken.items()):
-                typer.echo(f"{name:<{width}}  [broken plugin] {error}")
-            return
-        task = get_task(describe)
-        info = task.describe()
-        typer.echo(f"{info['name']}: {info['description']}")
-        typer.echo(f"  length counts: {info['length_unit']}")
-        typer.echo(f"  minimum length: {info['min_length']}")
-        typer.echo(
-            f"  default training length: {info['default_train_length']} "
-            f"(range {info['train_range'][0]}..{info['train_range'][1]})"
-        )
-        typer.echo("  parameters (set with --param key=value):")
-        for field_name, field in type(task.config).model_fields.items():
-            value = getattr(task.config, field_name)
-            doc = f"  {field.description}" if field.description else ""
-            typer.echo(f"    {field_name} = {value!r}{doc}")
-        shown = ", ".join(info["vocab"][:24]) + (" ..." if info["vocab_size"] > 24 else "")
-        typer.echo(f"  vocabulary ({info['vocab_size']} tokens): {shown}")
-        example_length = max(task.min_length, min(8, task.default_train_length))
-        batch = task.sample(1, example_length, seed=0, split="train")
-        typer.echo(f"  example (length {example_length}):")
-        typer.echo(f"    source: {json.dumps(batch.source[0])}")
-        typer.echo(f"    target: {json.dumps(batch.target[0])}")
-        typer.echo(f"    tokens: {' '.join(task.vocab.decode(batch.input_ids[0]))}")
+    if describe is None:
+        entries = list(TASKS.entries())
+        width = max((len(e.name) for e in entries), default=4)
+        for entry in entries:
+            typer.echo(f"{entry.name:<{width}}  {entry.obj.description}")
+        for name, error in sorted(TASKS.broken.items()):
+            typer.echo(f"{name:<{width}}  [broken plugin] {error}")
+        return
+    task = get_task(describe)
+    info = task.describe()
+    typer.echo(f"{info['name']}: {info['description']}")
+    typer.echo(f"  length counts: {info['length_unit']}")
+    typer.echo(f"  minimum length: {info['min_length']}")
+    typer.echo(
+        f"  default training length: {info['default_train_length']} "
+        f"(range {info['train_range'][0]}..{info['train_range'][1]})"
+    )
+    typer.echo("  parameters (set with --param key=value):")
+    for field_name, field in type(task.config).model_fields.items():
+        value = getattr(task.config, field_name)
+        doc = f"  {field.description}" if field.description else ""
+        typer.echo(f"    {field_name} = {value!r}{doc}")
+    shown = ", ".join(info["vocab"][:24]) + (" ..." if info["vocab_size"] > 24 else "")
+    typer.echo(f"  vocabulary ({info['vocab_size']} tokens): {shown}")
+    example_length = max(task.min_length, min(8, task.default_train_length))
+    batch = task.sample(1, example_length, seed=0, split="train")
+    typer.echo(f"  example (length {example_length}):")
+    typer.echo(f"    source: {json.dumps(batch.source[0])}")
+    typer.echo(f"    target: {json.dumps(batch.target[0])}")
+    typer.echo(f"    tokens: {' '.join(task.vocab.decode(batch.input_ids[0]))}")
 
 
 @app.command("sample")
@@ -123,11 +160,11 @@ def sample_command(
     param: list[str] = typer.Option(None, "--param", help="Task parameter key=value (repeatable)."),
 ) -> None:
     """Print samples: JSON lines (structured source/target and the exact model view) or text."""
+    from lengthgen.config import parse_assignments
     from lengthgen.tasks import get_task
 
-    with user_errors():
-        task = get_task(task_name, **parse_params(param))
-        batch = task.sample(n, length, seed=seed, split=split)
+    task = get_task(task_name, **parse_assignments(param, "--param"))
+    batch = task.sample(n, length, seed=seed, split=split)
     out = sys.stdout
     for i in range(len(batch)):
         ids = batch.input_ids[i]
@@ -165,6 +202,14 @@ class Selection(str, Enum):
     eight_x = "8x"
 
 
+class Log(str, Enum):
+    tensorboard = "tensorboard"
+    wandb = "wandb"
+
+
+LOG_HELP = "Stream learning curves and per-length results to tensorboard or wandb (extra: track)."
+
+
 @app.command("attns")
 def attns_command() -> None:
     """List the attention backends and the position schemes."""
@@ -199,6 +244,16 @@ def format_table(rows: Any) -> str:
     return "\n".join(lines)
 
 
+def _check_run_environment(device: Device | None, log: Log | None) -> None:
+    """The device (None: checked where the runs execute) and the tracker's package."""
+    from lengthgen.harness.run import resolve_device
+    from lengthgen.harness.tracking import check_tracker
+
+    if device is not None:
+        resolve_device(device.value)
+    check_tracker(log.value if log else None)
+
+
 @app.command("run")
 def run_command(
     task_name: str = typer.Option(..., "--task", help="Task name (see `lengthgen tasks`)."),
@@ -218,63 +273,82 @@ def run_command(
         None, "--set", help="Any config field SECTION.FIELD=VALUE, e.g. train.lr=5e-4 (repeatable)."
     ),
     out: str = typer.Option("runs", "--out", help="Folder that receives the run folder."),
+    log: Log | None = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Train a model short, evaluate it at 1x..max-factor x the training length, write results."""
-    from lengthgen.attention import ATTENTION
-    from lengthgen.attention.positions import get_position_scheme
-    from lengthgen.harness.run import execute, resolve_device, safe_name
-    from lengthgen.model import ModelConfig
-    from lengthgen.presets import build_run_config
-    from lengthgen.sweep import parse_overrides
-    from lengthgen.tasks import get_task
+    from lengthgen.config import build_run_config, combine_overrides, flag_overrides, parse_assignments
+    from lengthgen.harness.run import execute, safe_name
 
-    with user_errors():
-        task = get_task(task_name, **parse_params(param))
-        backend_cls = ATTENTION.get(attn)
-        get_position_scheme(pos)
-        try:
-            sets = parse_overrides(override)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        options = backend_cls.Options(**parse_params(attn_option)).model_dump()
-        config = build_run_config(
-            task.name if ":" not in task_name else task_name, attn, pos=pos, preset=preset, seed=seed,
-            task_params=parse_params(param), attn_options=options,
-            train_overrides={**sets.get("train", {}), "steps": steps, "train_length": train_length,
-                             "selection": selection.value if selection else None},
-            eval_overrides={**sets.get("eval", {}), "max_factor": max_factor, "samples": eval_samples,
-                            "min_samples": min(eval_samples, 16) if eval_samples else None},
-            arch_overrides=sets.get("arch"),
-        )
-        if config.train.train_length < task.min_length:
-            raise UsageError(f"train length {config.train.train_length} is under the minimum of task "
-                             f"{task.name!r} ({task.min_length})")
-        ModelConfig(vocab_size=task.vocab.size, attn=attn, attn_options=options, pos=pos,
-                    **config.arch.model_dump())
-        try:
-            resolve_device(device.value)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+    flags = flag_overrides(steps=steps, max_factor=max_factor, train_length=train_length,
+                           eval_samples=eval_samples, selection=selection.value if selection else None)
+    config = build_run_config(
+        task_name, attn, pos=pos, preset=preset, seed=seed,
+        task_params=parse_assignments(param, "--param"),
+        attn_options=parse_assignments(attn_option, "--attn-option"),
+        overrides=combine_overrides(flags, parse_assignments(override, "--set")),
+    )
+    _check_run_environment(device, log)
+    out_dir = folder_for_writing(out, "--out")
     typer.echo(f"run {safe_name(config.run_id())}: {config.task} / {config.attn} ({config.pos}), preset "
                f"{config.preset}, L={config.train.train_length}, {config.train.steps} steps, "
                f"eval up to {config.eval.max_factor}x", err=True)
-    frame = execute(config, out, device_name=device.value, progress=not quiet)
+    frame = execute(config, out_dir, device_name=device.value, progress=not quiet,
+                    log=log.value if log else None)
     typer.echo(format_table(frame))
-    run_dir = f"{out}/{frame['run_id'].iloc[0]}"
-    typer.echo(f"results: {run_dir}/results.parquet")
+    run_dir = out_dir / str(frame["run_id"].iloc[0])
+    typer.echo(f"results: {run_dir / 'results.parquet'}")
     if (frame["status"] != "ok").any():
-        typer.echo(f"error: run failed: {frame['error'].iloc[0]} (details in {run_dir}/error.txt)", err=True)
+        typer.echo(f"error: run failed: {frame['error'].iloc[0]} (details in {run_dir / 'error.txt'})",
+                   err=True)
+        raise typer.Exit(code=1)
+
+
+@app.command("eval")
+def eval_command(
+    path: str = typer.Argument(..., help="A run folder (with model.pt and config.json) or a sweep folder."),
+    max_factor: int | None = typer.Option(None, "--max-factor", help="Evaluate up to L·this (power of 2)."),
+    eval_samples: int | None = typer.Option(None, "--eval-samples", help="Samples per length (the most)."),
+    param: list[str] = typer.Option(None, "--param",
+                                    help="Evaluate on a task variant: task parameter key=value."),
+    redo: bool = typer.Option(False, "--redo", help="Re-evaluate lengths the results already hold."),
+    device: Device = typer.Option(Device.auto, "--device"),
+    log: Log | None = typer.Option(None, "--log", help=LOG_HELP),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+) -> None:
+    """Evaluate saved models at more lengths or on a task variant; add the rows to their results."""
+    from lengthgen.config import parse_assignments
+    from lengthgen.harness.reevaluate import find_saved_runs, plan_evaluation, run_evaluation
+
+    runs = find_saved_runs(path)
+    params = parse_assignments(param, "--param")
+    plans = [plan_evaluation(run, max_factor=max_factor, eval_samples=eval_samples, task_params=params)
+             for run in runs]
+    _check_run_environment(device, log)
+    failed = 0
+    for plan in plans:
+        todo = plan.factors if redo else plan.missing_factors
+        label = f" [{plan.variant}]" if plan.variant else ""
+        typer.echo(f"eval {plan.run.run_id}{label}: {len(todo)} of {len(plan.factors)} lengths to evaluate "
+                   f"(up to {plan.config.eval.max_factor}x)", err=True)
+        outcome = run_evaluation(plan, todo, device_name=device.value, progress=not quiet,
+                                 log=log.value if log else None)
+        if not outcome.rows.empty:
+            typer.echo(format_table(outcome.rows))
+        for written in outcome.written:
+            typer.echo(f"results: {written}")
+        if outcome.error:
+            failed += 1
+            typer.echo(f"error: evaluation of {plan.run.run_id} stopped: {outcome.error}", err=True)
+    if failed:
         raise typer.Exit(code=1)
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                   file: Any = None, line: str | None = None) -> None:
-    """Plugin warnings are for users, not developers: one ``warning: ...`` line, no source location."""
-    from lengthgen.registry import PluginWarning
-
-    if issubclass(category, PluginWarning):
-        typer.echo(f"warning: {message}", err=True)
+    """Warnings for users are one ``warning: ...`` line, no source location."""
+    if issubclass(category, UserNotice):
+        typer.echo(f"warning: {one_line(str(message))}", err=True)
     else:
         _default_show_warning(message, category, filename, lineno, file, line)
 
@@ -298,6 +372,7 @@ def sweep_command(
     max_factor: int | None = typer.Option(None, "--max-factor", help="Evaluate up to L·this (power of 2)."),
     eval_samples: int | None = typer.Option(None, "--eval-samples", help="Samples per length (the most)."),
     train_length: int | None = typer.Option(None, "--train-length", help="Longest training length L."),
+    selection: Selection | None = typer.Option(None, "--selection", help="Checkpoint selection: id or 8x."),
     param: list[str] = typer.Option(None, "--param", help="Task parameter key=value (all tasks)."),
     override: list[str] = typer.Option(None, "--set", help="Config field, e.g. train.lr=5e-4 (repeatable)."),
     out: str = typer.Option(..., "--out", help="Sweep folder: DIR/data (results), DIR/runs (artifacts)."),
@@ -307,39 +382,34 @@ def sweep_command(
     device: Device = typer.Option(Device.auto, "--device"),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Redo runs recorded as failed."),
     shard: str | None = typer.Option(None, "--shard", help="I/N: every N-th run from the I-th (0-based)."),
+    log: Log | None = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Run a grid of runs into a crash-safe results dataset; re-run the same command to resume."""
-    from lengthgen import sweep as sw
-    from lengthgen.harness.run import resolve_device
+    from lengthgen import sweeps as sw
+    from lengthgen.config import parse_assignments
 
-    with user_errors():
+    spec = sw.SweepSpec(
+        tasks=sw.parse_list(tasks, "task"), attns=sw.parse_list(attns, "attention backend"),
+        positions=sw.parse_list(positions, "position scheme"), seeds=sw.parse_seeds(seeds),
+        preset=preset, steps=steps, max_factor=max_factor, eval_samples=eval_samples,
+        train_length=train_length, selection=selection.value if selection else None,
+        task_params=parse_assignments(param, "--param"), overrides=parse_assignments(override, "--set"),
+    )
+    if jobs is not None and jobs < 1:
+        raise UserError("--jobs must be at least 1")
+    if ray_address and launcher is not Launcher.ray:
+        raise UserError("--ray-address needs --launcher ray")
+    configs = sw.validate_spec(spec)
+    if shard is not None:
+        configs = sw.shard_of(configs, shard)
+    if launcher is Launcher.ray:
         try:
-            spec = sw.SweepSpec(
-                tasks=sw.parse_list(tasks, "task"), attns=sw.parse_list(attns, "attention backend"),
-                positions=sw.parse_list(positions, "position scheme"), seeds=sw.parse_seeds(seeds),
-                preset=preset, steps=steps, max_factor=max_factor, eval_samples=eval_samples,
-                train_length=train_length, task_params=parse_params(param),
-                overrides=sw.parse_overrides(override),
-            )
-            if jobs is not None and jobs < 1:
-                raise ValueError("--jobs must be at least 1")
-            if ray_address and launcher is not Launcher.ray:
-                raise ValueError("--ray-address needs --launcher ray")
-            configs = sw.validate_spec(spec)
-            if shard is not None:
-                configs = sw.shard_of(configs, shard)
-            if launcher is Launcher.ray:
-                try:
-                    import ray  # noqa: F401
-                except ImportError:
-                    raise ValueError("--launcher ray needs Ray: pip install 'lengthgen[ray]'") from None
-            else:
-                resolve_device(device.value)
-        except ValidationError:
-            raise
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            import ray  # noqa: F401
+        except ImportError:
+            raise UserError("--launcher ray needs Ray: pip install 'lengthgen[ray]'") from None
+    _check_run_environment(device if launcher is Launcher.local else None, log)
+    out_dir = folder_for_writing(out, "--out")
     typer.echo(f"sweep: {len(configs)} runs ({len(spec.tasks)} tasks x {len(spec.attns)} backends x "
                f"{len(spec.positions)} position schemes x {len(spec.seeds)} seeds"
                f"{f', shard {shard}' if shard else ''}), preset {preset}, launcher {launcher.value} -> {out}",
@@ -347,9 +417,9 @@ def sweep_command(
     report = sw.SweepReport(len(configs), 0, 0)
     try:
         with sw.sigterm_stops_cleanly():
-            sw.run_sweep(configs, out, launcher=launcher.value, device=device.value, jobs=jobs,
+            sw.run_sweep(configs, out_dir, launcher=launcher.value, device=device.value, jobs=jobs,
                          ray_address=ray_address, retry_failed=retry_failed, progress=not quiet,
-                         report=report)
+                         report=report, log=log.value if log else None)
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM
         report.interrupted = True
         for line in sw.summarize(report, out):
@@ -357,6 +427,19 @@ def sweep_command(
         raise typer.Exit(code=143 if isinstance(stop, sw.SweepTerminated) else 130) from None
     for line in sw.summarize(report, out):
         typer.echo(line, err=True)
+
+
+def _load_rows(results: str) -> Any:
+    """Result rows under ``results``; a path without any usable results file is a user error."""
+    from lengthgen.harness.results import load_results
+
+    if not Path(results).exists():
+        raise UserError(f"no results under {results!r}: no such file or folder")
+    rows = load_results(results)
+    if rows.empty:
+        raise UserError(f"no usable results under {results!r} (expected DIR/data/*.parquet from a sweep, "
+                        "or results.parquet files)")
+    return rows
 
 
 @app.command("leaderboard")
@@ -370,13 +453,12 @@ def leaderboard_command(
         help="Commit the page names (default: the last git commit that touched the data)."),
 ) -> None:
     """Tables (mean and 95% CI over seeds, learned seeds, selected settings, paper rows) and plots."""
-    from lengthgen.leaderboard import load_rows, write_leaderboard
+    from lengthgen.leaderboard import write_leaderboard
 
-    with user_errors():
-        rows = load_rows(results)
-        if rows.empty:
-            raise UsageError(f"no results under {results!r} (expected DIR/data/*.parquet from a sweep)")
-    for path in write_leaderboard(rows, out, title=title, source=results, hardware=hardware, commit=commit):
+    out_dir = folder_for_writing(out, "--out")
+    rows = _load_rows(results)
+    written = write_leaderboard(rows, out_dir, title=title, source=results, hardware=hardware, commit=commit)
+    for path in written:
         typer.echo(str(path))
 
 
@@ -393,25 +475,24 @@ def plot_command(
     kind: PlotKind = typer.Option(PlotKind.exact, "--kind",
                                   help="exact: exact match vs length; dispersion: entropy and support."),
 ) -> None:
-    """One figure for one task, as on the leaderboard: exact match vs length, or attention entropy/support."""
-    from pathlib import Path
+    """One figure for one task, as on the leaderboard: exact match vs length, or attention entropy
+    and support."""
+    from lengthgen.leaderboard import plot_dispersion, plot_exact_match
 
-    from lengthgen.leaderboard import load_rows, plot_dispersion, plot_exact_match
-
-    with user_errors():
-        suffix = Path(output).suffix.lower()
-        if suffix not in (".svg", ".png"):
-            raise UsageError(f"bad --output {output!r}: the file name must end in .svg or .png")
-        rows = load_rows(results)
-        tasks = sorted(rows.loc[rows["status"] == "ok", "task"].dropna().unique())
-        if task_name not in tasks:
-            raise UsageError(f"no ok results for task {task_name!r} under {results!r}; "
-                             f"tasks with results: {', '.join(tasks) or '(none)'}")
+    if Path(output).suffix.lower() not in (".svg", ".png"):
+        raise UserError(f"bad -o {output!r}: the file name must end in .svg or .png")
+    target = file_for_writing(output, "-o")
+    rows = _load_rows(results)
+    tasks = sorted(rows.loc[rows["status"] == "ok", "task"].dropna().unique())
+    if task_name not in tasks:
+        raise UserError(f"no ok results for task {task_name!r} under {results!r}; "
+                        f"tasks with results: {', '.join(tasks) or '(none)'}")
     draw = plot_exact_match if kind is PlotKind.exact else plot_dispersion
-    typer.echo(str(draw(rows, task_name, output)))
+    typer.echo(str(draw(rows, task_name, target)))
 
 
 def main() -> None:
+    """The ``lengthgen`` script: warnings meant for users print as one line."""
     warnings.showwarning = _show_warning
     app()
 

@@ -9,39 +9,17 @@ predictions are scored (``query_positions``), which makes long evaluation much c
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from lengthgen.attention import ATTENTION
 from lengthgen.attention.backend import AttentionBackend, AttentionStats, LayerSpec
 from lengthgen.attention.positions import PositionScheme, apply_rope, get_position_scheme
+from lengthgen.config import ModelConfig
 
-
-class ModelConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    vocab_size: int = Field(..., ge=4)
-    n_layers: int = Field(2, ge=1)
-    d_model: int = Field(128, ge=8)
-    n_heads: int = Field(4, ge=1)
-    d_ff: int = Field(512, ge=1)
-    attn: str = "softmax"
-    attn_options: dict[str, Any] = Field(default_factory=dict)
-    pos: str = "nape"
-
-    @model_validator(mode="after")
-    def _heads_divide_width(self) -> ModelConfig:
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
-        return self
-
-    @property
-    def d_head(self) -> int:
-        return self.d_model // self.n_heads
+__all__ = ["ModelConfig", "Transformer", "build_backend"]
 
 
 def build_backend(config: ModelConfig, layer: int, scheme: PositionScheme) -> AttentionBackend:
@@ -110,6 +88,8 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     def __init__(self, config: ModelConfig, seed: int = 0) -> None:
         super().__init__()
+        if config.vocab_size is None:
+            raise ValueError("ModelConfig.vocab_size is not set; RunConfig.model(vocab_size) sets it")
         self.config = config
         scheme = get_position_scheme(config.pos)
         self.embed = nn.Embedding(config.vocab_size, config.d_model)

@@ -1,14 +1,15 @@
-"""Per-task presets: ``quick`` (a 2-core CPU trains it in minutes) and ``paper`` (design.md §4).
+"""Per-task presets: ``quick`` (a 2-core CPU trains it in minutes) and ``paper`` (the paper's
+model sizes and training recipe, see ``docs/design.md``).
 
 A preset fixes the model size, optimizer, training length and evaluation protocol of a task;
-command-line flags override single fields. Tasks without an entry (plugins) get ``DEFAULT``.
+``lengthgen.config.build_run_config`` starts from it and applies the user's overrides. Tasks
+without an entry (plugins) get ``DEFAULT``. This module is data only.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lengthgen.config import ArchConfig, EvalConfig, RunConfig, TrainConfig
 from lengthgen.registry import UnknownNameError
 
 PRESET_NAMES = ("quick", "paper")
@@ -99,42 +100,9 @@ PAPER: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def preset_sections(task: str, preset: str) -> dict[str, dict[str, Any]]:
+    """The sections (``arch``, ``train``, ``eval``, ``task_params``) of a task's preset."""
     if preset not in PRESET_NAMES:
         raise UnknownNameError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESET_NAMES)}")
     table = QUICK if preset == "quick" else PAPER
     return table.get(task, DEFAULT)
 
-
-def build_run_config(
-    task: str,
-    attn: str,
-    *,
-    pos: str = "nape",
-    preset: str = "quick",
-    seed: int = 0,
-    task_params: dict[str, Any] | None = None,
-    attn_options: dict[str, Any] | None = None,
-    train_overrides: dict[str, Any] | None = None,
-    eval_overrides: dict[str, Any] | None = None,
-    arch_overrides: dict[str, Any] | None = None,
-) -> RunConfig:
-    """The preset for (task, preset) with the caller's overrides (None values are ignored)."""
-    sections = preset_sections(task, preset)
-
-    def merged(name: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
-        values = dict(sections.get(name, {}))
-        values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-        return values
-
-    return RunConfig(
-        task=task,
-        task_params=merged("task_params", task_params),
-        attn=attn,
-        attn_options=dict(attn_options or {}),
-        pos=pos,
-        preset=preset,
-        seed=seed,
-        arch=ArchConfig(**merged("arch", arch_overrides)),
-        train=TrainConfig(**merged("train", train_overrides)),
-        eval=EvalConfig(**merged("eval", eval_overrides)),
-    )

@@ -19,10 +19,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from lengthgen.errors import UserError, UserNotice
+
 T = TypeVar("T")
 
 
-class RegistryError(Exception):
+class RegistryError(UserError):
     """Base class: every registry problem is a user-facing, one-line message."""
 
 
@@ -38,7 +40,7 @@ class PluginLoadError(RegistryError):
     """A ``module:Object`` / ``file.py:Object`` spec or an entry point that cannot be used."""
 
 
-class PluginWarning(UserWarning):
+class PluginWarning(UserNotice):
     """A plugin was skipped on purpose (its name belongs to a built-in); the CLI prints it in one line."""
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from lengthgen.config import build_run_config
 from lengthgen.harness.evaluate import wilson_interval
 from lengthgen.harness.results import rows_to_frame
-from lengthgen.presets import build_run_config
 
 
 def make_rows(exact: dict[tuple[str, int], list[float]], task: str = "copy", n: int = 100,
@@ -16,8 +16,9 @@ def make_rows(exact: dict[tuple[str, int], list[float]], task: str = "copy", n: 
     ``val`` gives a run's (1×, 8×) validation exact match (absent: rows that predate those columns)."""
     rows = []
     for (attn, seed), values in sorted(exact.items()):
-        config = build_run_config(task, attn, pos=pos, seed=seed, train_overrides={"steps": 10, "lr": lr},
-                                  eval_overrides={"max_factor": 2 ** (len(values) - 1), "samples": n})
+        settings = {"train.steps": 10, "eval.max_factor": 2 ** (len(values) - 1), "eval.samples": n}
+        config = build_run_config(task, attn, pos=pos, seed=seed,
+                                  overrides={**settings, **({"train.lr": lr} if lr else {})})
         run_id = f"{task}-{attn}-{pos}-s{seed}-{config.config_hash()[:8]}"
         val_id, val_8x = (val or {}).get((attn, seed), (None, None))
         base = {"run_id": run_id, "task": task, "attn": attn, "pos": pos, "seed": seed, "preset": "quick",

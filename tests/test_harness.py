@@ -11,28 +11,29 @@ from typer.testing import CliRunner
 
 from lengthgen.attention import ATTENTION
 from lengthgen.cli import app
-from lengthgen.config import EvalConfig, RunConfig
+from lengthgen.config import EvalConfig, RunConfig, build_run_config
 from lengthgen.harness.evaluate import wilson_interval
 from lengthgen.harness.results import COLUMNS, read_results
 from lengthgen.harness.run import build, execute
 from lengthgen.harness.train import lr_at, train, train_lengths, validate
 from lengthgen.model import ModelConfig, Transformer
-from lengthgen.presets import PAPER, build_run_config
+from lengthgen.presets import PAPER
 
 runner = CliRunner()
 
-TINY = {
-    "arch_overrides": {"n_layers": 2, "d_model": 32, "n_heads": 4, "d_ff": 64},
-    "train_overrides": {"steps": 150, "batch_size": 32, "lr": 3e-3, "warmup_steps": 10,
-                        "train_length": 6, "val_every": 75, "val_samples": 64},
-    "eval_overrides": {"max_factor": 2, "samples": 32, "min_samples": 8},
-    "task_params": {"n_priorities": 6, "n_classes": 3},
+TINY_SETTINGS = {
+    "arch.n_layers": 2, "arch.d_model": 32, "arch.n_heads": 4, "arch.d_ff": 64,
+    "train.steps": 150, "train.batch_size": 32, "train.lr": 3e-3, "train.warmup_steps": 10,
+    "train.train_length": 6, "train.val_every": 75, "train.val_samples": 64,
+    "eval.max_factor": 2, "eval.samples": 32, "eval.min_samples": 8,
 }
+TINY_PARAMS = {"n_priorities": 6, "n_classes": 3}
 
 
 def tiny_config(attn: str, seed: int = 0, **changes: object) -> RunConfig:
-    kwargs = {**TINY, **changes}
-    return build_run_config("max_retrieval", attn, seed=seed, **kwargs)  # type: ignore[arg-type]
+    """A tiny max_retrieval run; ``changes`` are dotted settings (``{"train.steps": 40}``)."""
+    return build_run_config("max_retrieval", attn, seed=seed, task_params=TINY_PARAMS,
+                            overrides={**TINY_SETTINGS, **changes})
 
 
 def test_wilson_interval_hand_values():
@@ -86,8 +87,8 @@ def test_tiny_training_run_learns(attn):
 @pytest.mark.parametrize("selection", ["id", "8x"])
 def test_selected_checkpoint_records_validation_at_1x_and_8x(selection):
     """Both validation scores belong to the checkpoint that was kept, whichever rule kept it."""
-    config = tiny_config("softmax", train_overrides={**TINY["train_overrides"], "steps": 60, "val_every": 20,
-                                                      "selection": selection})
+    settings = {"train.steps": 60, "train.val_every": 20, "train.selection": selection}
+    config = tiny_config("softmax", **settings)
     task, model = build(config)
     result = train(model, task, config, torch.device("cpu"), progress=False)
     length, n, batch = config.train.train_length, config.train.val_samples, config.train.batch_size
@@ -98,7 +99,7 @@ def test_selected_checkpoint_records_validation_at_1x_and_8x(selection):
 
 
 def test_run_writes_folder_schema_and_is_deterministic(tmp_path):
-    config = tiny_config("asentmax", train_overrides={**TINY["train_overrides"], "steps": 40})
+    config = tiny_config("asentmax", **{"train.steps": 40})
     first = execute(config, tmp_path / "a", progress=False)
     second = execute(config, tmp_path / "b", progress=False)
     run_dir = tmp_path / "a" / first["run_id"].iloc[0]
@@ -117,7 +118,7 @@ def test_run_writes_folder_schema_and_is_deterministic(tmp_path):
 
 
 def test_nan_loss_fails_the_run_with_a_clear_status(tmp_path):
-    config = tiny_config("softmax", train_overrides={**TINY["train_overrides"], "lr": float("inf")})
+    config = tiny_config("softmax", **{"train.lr": 1e30})  # finite, but the weights blow up
     frame = execute(config, tmp_path, progress=False)
     assert list(frame["status"]) == ["failed"]
     assert "TrainingDiverged" in frame["error"].iloc[0]

@@ -19,14 +19,15 @@ import pytest
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
+from lengthgen.errors import UserError
 from lengthgen.leaderboard import load_rows
-from lengthgen.sweep import SweepSpec, data_path, parse_seeds, plan, run_key, run_state, shard_of
+from lengthgen.sweeps import SweepSpec, data_path, parse_seeds, plan, run_key, run_state, shard_of
 
 runner = CliRunner()
 
 TINY = ["--steps", "2", "--max-factor", "2", "--eval-samples", "4", "--set", "train.batch_size=8",
         "--set", "train.val_samples=8", "--set", "arch.d_model=32", "--set", "arch.d_ff=64", "--quiet"]
-TINY_OVERRIDES = {"train": {"batch_size": 8, "val_samples": 8}, "arch": {"d_model": 32, "d_ff": 64}}
+TINY_OVERRIDES = {"train.batch_size": 8, "train.val_samples": 8, "arch.d_model": 32, "arch.d_ff": 64}
 
 NAN_PLUGIN = textwrap.dedent(
     """
@@ -193,7 +194,7 @@ def test_seed_lists_shards_and_unreadable_data_files(tmp_path: Path) -> None:
     configs = spec.configs()
     shards = [shard_of(configs, f"{i}/4") for i in range(4)]
     assert sorted(run_key(c) for s in shards for c in s) == sorted(run_key(c) for c in configs)
-    with pytest.raises(ValueError, match="bad --shard"):
+    with pytest.raises(UserError, match="bad --shard"):
         shard_of(configs, "4/4")
     garbage = data_path(tmp_path, run_key(configs[0]))
     garbage.parent.mkdir(parents=True)

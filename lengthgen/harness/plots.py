@@ -10,6 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from lengthgen.files import atomic_write  # noqa: E402
+
 
 def plot_accuracy_vs_length(rows: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
     """One line per (attn, pos): mean exact match over runs, with the Wilson band (1 run) or
@@ -31,8 +33,7 @@ def plot_accuracy_vs_length(rows: pd.DataFrame, path: str | Path, title: str | N
     ax.set_title(title or ", ".join(sorted(ok["task"].unique())))
     ax.legend(fontsize=8)
     fig.tight_layout()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, metadata={"Software": None})
-    plt.close(fig)
-    return target
+    try:
+        return atomic_write(path, lambda f: fig.savefig(f, format="png", metadata={"Software": None}))
+    finally:
+        plt.close(fig)

@@ -2,8 +2,9 @@
 
 The run folder holds ``config.json``, ``model.pt``, ``results.parquet`` (one row per evaluation
 length), ``train_history.json`` (the learning curve) and ``accuracy_vs_length.png``. Every file is
-written atomically; a failed run (NaN loss, out of memory, an exception) still writes its rows
-with ``status = failed``.
+written atomically (``lengthgen.files``); a failed run (NaN loss, out of memory, an exception)
+still writes its rows with ``status = failed`` and its traceback in ``error.txt``, which a later
+successful run of the same config removes.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ import torch
 
 import lengthgen
 from lengthgen.config import RunConfig
+from lengthgen.errors import UserError
+from lengthgen.files import atomic_write, new_folder
 from lengthgen.harness.evaluate import LengthResult, evaluate_length
 from lengthgen.harness.plots import plot_accuracy_vs_length
-from lengthgen.harness.results import rows_to_frame, write_parquet_atomic, write_text_atomic
+from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
+from lengthgen.harness.tracking import EVAL_FIELDS, Tracker, open_tracker
 from lengthgen.harness.train import TrainResult, train
-from lengthgen.model import ModelConfig, Transformer
+from lengthgen.model import Transformer
 from lengthgen.tasks import get_task
 from lengthgen.tasks.base import Task
 
@@ -35,7 +39,7 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but CUDA is not available; valid devices here: auto, cpu")
+        raise UserError("device 'cuda' requested but CUDA is not available; valid devices here: auto, cpu")
     return torch.device(name)
 
 
@@ -54,14 +58,38 @@ def safe_name(text: str, max_length: int = 120) -> str:
 
 def build(config: RunConfig) -> tuple[Task, Transformer]:
     task = get_task(config.task, **config.task_params)
-    model_config = ModelConfig(
-        vocab_size=task.vocab.size, attn=config.attn, attn_options=config.attn_options,
-        pos=config.pos, **config.arch.model_dump(),
-    )
-    return task, Transformer(model_config, seed=config.seed)
+    return task, Transformer(config.model(task.vocab.size), seed=config.seed)
 
 
-def _base_row(config: RunConfig, device: torch.device) -> dict[str, Any]:
+def config_text(config: RunConfig) -> str:
+    """``config.json``: the full config, readable (the canonical JSON is in every results row)."""
+    return json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def save_checkpoint(model: Transformer, config: RunConfig, path: Path) -> None:
+    """``model.pt``: the selected weights with the config they belong to."""
+    state = {"config": config.model_dump(mode="json"), "state_dict": model.state_dict()}
+    atomic_write(path, lambda handle: torch.save(state, handle))
+
+
+def record_failure(run_dir: Path, exc: BaseException) -> str:
+    """``error.txt`` gets the traceback; returns the one-line error for the results row."""
+    atomic_write(run_dir / "error.txt", "".join(traceback.format_exception(exc)))
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def length_row(result: LengthResult) -> dict[str, Any]:
+    """The per-length columns of a results row."""
+    return dict(result.__dict__)
+
+
+def plot_run(frame: pd.DataFrame, config: RunConfig, run_dir: Path) -> None:
+    if (frame["status"] == "ok").any():
+        plot_accuracy_vs_length(frame[frame["eval_variant"] == ""], run_dir / "accuracy_vs_length.png",
+                                title=f"{config.task}: {config.attn} ({config.pos}), seed {config.seed}")
+
+
+def base_row(config: RunConfig, device: torch.device) -> dict[str, Any]:
     return {
         "run_id": safe_name(config.run_id()),
         "task": config.task,
@@ -87,42 +115,55 @@ def execute(
     device_name: str = "auto",
     progress: bool = True,
     on_length: Callable[[LengthResult], None] | None = None,
+    log: str | None = None,
 ) -> pd.DataFrame:
-    """Train and evaluate one configuration; returns (and writes) its result rows."""
+    """Train and evaluate one configuration; returns (and writes) its result rows.
+
+    ``log`` names a tracker (``tensorboard``, ``wandb``) that receives the learning curve and the
+    per-length results. A file-system error while writing (no space left, no permission) is
+    raised; folders this call created are removed again if they are still empty.
+    """
     device = resolve_device(device_name)
-    base = _base_row(config, device)
-    run_dir = Path(out_dir) / base["run_id"]
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n",
-                      run_dir / "config.json")
+    base = base_row(config, device)
+    with new_folder(Path(out_dir) / base["run_id"]) as run_dir:
+        atomic_write(run_dir / "config.json", config_text(config))
+        (run_dir / "error.txt").unlink(missing_ok=True)  # a stale report of an earlier failure
+        return _train_and_evaluate(config, run_dir, base, device, progress, on_length, log)
+
+
+def _train_and_evaluate(
+    config: RunConfig, run_dir: Path, base: dict[str, Any], device: torch.device, progress: bool,
+    on_length: Callable[[LengthResult], None] | None, log: str | None,
+) -> pd.DataFrame:
     torch.manual_seed(config.seed)  # only for anything a plugin draws from the global RNG
     rows: list[dict[str, Any]] = []
     trained: TrainResult | None = None
+    tracker: Tracker = Tracker()
     try:
+        tracker = open_tracker(log, run_dir, base["run_id"], config.model_dump(mode="json"))
         task, model = build(config)
         model.to(device)
         base["params"] = model.num_parameters()
-        trained = train(model, task, config, device, progress=progress)
+        trained = train(model, task, config, device, progress=progress, tracker=tracker)
         base.update(best_step=trained.best_step, train_seconds=trained.seconds,
                     val_exact_id=trained.val_exact_id, val_exact_8x=trained.val_exact_8x)
-        write_text_atomic(json.dumps(trained.history, indent=1) + "\n", run_dir / "train_history.json")
-        checkpoint = run_dir / ".model.pt.tmp"
-        torch.save({"config": config.model_dump(mode="json"), "state_dict": model.state_dict()}, checkpoint)
-        checkpoint.replace(run_dir / "model.pt")
+        atomic_write(run_dir / "train_history.json", json.dumps(trained.history, indent=1) + "\n")
+        save_checkpoint(model, config, run_dir / "model.pt")
         for factor in config.eval.factors():
             length = config.train.train_length * factor
             result = evaluate_length(model, task, length, factor, config.eval, device, progress=progress)
-            rows.append({**base, **result.__dict__, "status": "ok", "error": None})
+            rows.append({**base, **length_row(result), "status": "ok", "error": None})
+            tracker.length(length, factor, {k: getattr(result, k) for k in EVAL_FIELDS})
             if on_length is not None:
                 on_length(result)
     except (Exception, torch.cuda.OutOfMemoryError) as exc:
-        error = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        (run_dir / "error.txt").write_text(traceback.format_exc())
-        rows.append({**base, "status": "failed", "error": error,
+        if isinstance(exc, OSError):
+            raise  # the disk, not the run: nothing more can be written
+        rows.append({**base, "status": "failed", "error": record_failure(run_dir, exc),
                      "train_seconds": trained.seconds if trained else None})
+    finally:
+        tracker.close()
     frame = rows_to_frame(rows)
     write_parquet_atomic(frame, run_dir / "results.parquet")
-    if (frame["status"] == "ok").any():
-        plot_accuracy_vs_length(frame, run_dir / "accuracy_vs_length.png",
-                                title=f"{config.task}: {config.attn} ({config.pos}), seed {config.seed}")
+    plot_run(frame, config, run_dir)
     return frame

@@ -16,8 +16,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from lengthgen.config import RunConfig
+from lengthgen.config import RunConfig, train_length_range
 from lengthgen.harness.batches import ModelBatch, masked_loss, score
+from lengthgen.harness.tracking import Tracker
 from lengthgen.model import Transformer
 from lengthgen.tasks.base import Task
 
@@ -61,9 +62,8 @@ def lr_at(step: int, config: RunConfig) -> float:
 
 def train_lengths(task: Task, config: RunConfig) -> np.ndarray:
     """The length of every training step, uniform in the training range, from the run seed."""
-    top = config.train.train_length
-    low = config.train.min_train_length or max(task.min_length, top // 2)
-    low = max(task.min_length, min(low, top))
+    low, top = train_length_range(config.train.train_length, config.train.min_train_length,
+                                  task.min_length)
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([config.seed, 0x7E1A])))
     return rng.integers(low, top + 1, size=max(1, config.train.steps))
 
@@ -85,9 +85,11 @@ def validate(
 
 
 def train(
-    model: Transformer, task: Task, config: RunConfig, device: torch.device, progress: bool = True
+    model: Transformer, task: Task, config: RunConfig, device: torch.device, progress: bool = True,
+    tracker: Tracker | None = None,
 ) -> TrainResult:
     t = config.train
+    tracker = tracker or Tracker()
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=t.lr, betas=t.betas, weight_decay=t.weight_decay
     )
@@ -116,10 +118,12 @@ def train(
             acc = score(logits.detach(), batch)
             token_acc = acc.tokens_right / max(1, acc.tokens_scored)
             bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{token_acc:.3f}")
+            tracker.train_step(step + 1, float(loss.item()), optimizer.param_groups[0]["lr"])
         last = step == t.steps - 1
         if (step + 1) % t.val_every == 0 or last:
             exact = validate(model, task, val_length, t.val_samples, device, t.batch_size)
             history.append({"step": step + 1, "loss": float(loss.item()), "val_exact": exact})
+            tracker.validation(step + 1, {"exact_match": exact})
             if exact >= best_exact:  # ties go to the later, longer-trained checkpoint
                 best_exact, best_step = exact, step + 1
                 best_state = copy.deepcopy(model.state_dict())

@@ -24,6 +24,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
+from lengthgen.files import atomic_write  # noqa: E402
 from lengthgen.leaderboard.paper import PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank  # noqa: E402
 from lengthgen.leaderboard.rows import ok_rows, prepared  # noqa: E402
 from lengthgen.leaderboard.stats import LEARNED_THRESHOLD, learned, stable_mean  # noqa: E402
@@ -54,15 +55,22 @@ def _format(path: Target, fmt: str | None) -> str:
 
 
 def _finish(fig: Any, path: Target, fmt: str | None) -> Any:
-    """Save without dates or software tags, so identical figures give identical bytes."""
+    """Save without dates or software tags, so identical figures give identical bytes; a file
+    through the one atomic writer."""
     kind = _format(path, fmt)
-    if not isinstance(path, io.BytesIO):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
     metadata = {"Date": None, "Creator": None} if kind == "svg" else {"Software": None}
-    with plt.rc_context(_SAVE):
-        fig.savefig(path, format=kind, dpi=200, metadata=metadata)
-    plt.close(fig)
-    return path
+
+    def save(handle: Any) -> None:
+        with plt.rc_context(_SAVE):
+            fig.savefig(handle, format=kind, dpi=200, metadata=metadata)
+
+    try:
+        if isinstance(path, io.BytesIO):
+            save(path)
+            return path
+        return atomic_write(path, save)
+    finally:
+        plt.close(fig)
 
 
 class Styles:

@@ -32,8 +32,8 @@ def sweep_flags(task: str, config: dict[str, Any]) -> tuple[str, ...] | None:
     """The flags that make ``lengthgen sweep`` build ``config`` (bar backend, position, seed):
     dedicated flags where they exist, ``--set`` for any other field that differs from the preset.
     None when this installation cannot rebuild it (unknown task or preset)."""
-    from lengthgen.presets import build_run_config
-    from lengthgen.sweep import SECTIONS, SweepSpec
+    from lengthgen.config import SECTIONS, build_run_config
+    from lengthgen.sweeps import SweepSpec
 
     try:
         preset = config["preset"]

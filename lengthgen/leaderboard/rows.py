@@ -2,6 +2,9 @@
 
 A *setting* is a run's recipe without its seed (the hash of its config minus ``seed``): runs that
 differ only by seed share it, and a grid over, say, learning rates gives one setting per rate.
+Rows of a re-evaluation on a variant of the task (``lengthgen eval --param``, recorded in
+``eval_variant``) measure something else than the training task, so they form rows of their own:
+their backend reads ``softmax [n_pairs=8]``.
 """
 
 from __future__ import annotations
@@ -14,28 +17,14 @@ from typing import Any
 
 import pandas as pd
 
-from lengthgen.harness.results import read_results
+from lengthgen.harness.results import conform, load_results
 from lengthgen.leaderboard.stats import is_missing
-
-#: Columns a results file may lack because it predates them; they read as missing.
-LATER_COLUMNS = ("val_exact_id", "val_exact_8x")
 
 
 def load_rows(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Result rows of a sweep folder (its ``data/``), a results folder or one Parquet file.
-
-    A sweep folder's ``runs/`` repeats every run's rows, so only ``data/`` is read there.
-    Exact duplicates of a (run, length) row are dropped.
-    """
-    root = Path(path)
-    rows = read_results(root / "data" if (root / "data").is_dir() else root)
-    for column in LATER_COLUMNS:
-        if column not in rows:
-            rows[column] = None
-    if rows.empty:
-        return rows
-    rows = rows.sort_values(["run_id", "factor", "status"], kind="mergesort", na_position="last")
-    return rows.drop_duplicates(subset=["run_id", "factor", "status"]).reset_index(drop=True)
+    """Result rows of a sweep folder (its ``data/``), a results folder or one Parquet file; columns
+    older files lack (``val_exact_id``, ``val_exact_8x``, ``eval_variant``) read as missing."""
+    return load_results(Path(path))
 
 
 def setting_of(config_json: Any) -> str:
@@ -54,13 +43,13 @@ def config_dict(config_json: Any) -> dict[str, Any]:
 
 
 def prepared(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows with a ``setting`` column and no missing ``pos``, in a stable order."""
-    frame = rows.copy()
-    for column in LATER_COLUMNS:
-        if column not in frame:
-            frame[column] = None
+    """The rows with a ``setting`` column, no missing ``pos``, task variants as backends of their
+    own, in a stable order."""
+    frame = conform(rows)
     frame["setting"] = [setting_of(c) for c in frame["config_json"]]
     frame["pos"] = frame["pos"].fillna("")
+    variant = frame["eval_variant"].fillna("").astype(str)
+    frame["attn"] = [f"{a} [{v}]" if v else a for a, v in zip(frame["attn"], variant, strict=True)]
     return frame.sort_values(["task", "attn", "pos", "setting", "seed", "run_id", "factor"], kind="mergesort",
                              na_position="last").reset_index(drop=True)
 

@@ -56,13 +56,11 @@ def short_label(items: Sequence[str], empty: str) -> str:
 def preset_config(config: dict[str, Any]) -> dict[str, Any] | None:
     """The config ``lengthgen run`` builds for this run's task, backend, scheme and preset with no
     other flag (backend options at their defaults); None when this installation cannot build it."""
-    from lengthgen.attention import ATTENTION
-    from lengthgen.presets import build_run_config
+    from lengthgen.config import build_run_config
 
     try:
-        options = ATTENTION.get(config["attn"]).Options().model_dump()
         built = build_run_config(config["task"], config["attn"], pos=config["pos"], preset=config["preset"],
-                                 seed=config.get("seed", 0), attn_options=options)
+                                 seed=config.get("seed", 0))
     except Exception:  # a plugin this installation lacks, or a preset it does not know
         return None
     return built.model_dump(mode="json")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lengthgen.files import atomic_write
 from lengthgen.leaderboard import page as html_page
 from lengthgen.leaderboard.paper import PAPER_LABEL, PAPER_TRAIN_LENGTHS, PROTOCOL_LABEL
 from lengthgen.leaderboard.plots import DISPERSION_CAPTION, plot_dispersion, plot_exact_match
@@ -187,22 +188,4 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
     link = os.path.relpath(data, out).replace(os.sep, "/") + ("/" if data.is_dir() else "")
     rendered = render(rows, title=title, source=source, out_name=str(out), hardware=hardware,
                       commit=commit if commit is not None else data_commit(data), data_link=link)
-    files = sorted(rendered.files.items())
-    return [_write_bytes_atomic(content, Path(out) / name) for name, content in files]
-
-
-def _write_bytes_atomic(data: bytes, target: Path) -> Path:
-    """Temp file + rename, like the results files: a reader never sees half a page or image."""
-    import tempfile
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these files are meant to be published
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return [atomic_write(Path(out) / name, content) for name, content in sorted(rendered.files.items())]

@@ -18,6 +18,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from lengthgen import limits
+from lengthgen.config import train_length_range
+from lengthgen.errors import UserError
+
 Split = Literal["train", "eval"]
 SPLITS: tuple[str, ...] = ("train", "eval")
 _SPLIT_IDS = {"train": 1, "eval": 2}
@@ -32,8 +36,8 @@ class TaskConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class TaskInputError(ValueError):
-    """Bad arguments to a task (length under the minimum, n ≤ 0, unknown split)."""
+class TaskInputError(UserError, ValueError):
+    """Bad arguments to a task (length under the minimum or over the limit, n ≤ 0, unknown split)."""
 
 
 @dataclass(frozen=True)
@@ -112,12 +116,15 @@ class Task(ABC):
 
     def train_range(self, train_length: int | None = None) -> tuple[int, int]:
         """Training lengths are uniform in [L/2, L] (never under the task's minimum)."""
-        top = train_length or self.default_train_length
-        return max(self.min_length, top // 2), top
+        return train_length_range(train_length or self.default_train_length, None, self.min_length)
 
     # -- sampling ---------------------------------------------------------------------------
     def rng(self, length: int, seed: int | Sequence[int], split: str) -> np.random.Generator:
         seeds = [int(seed)] if isinstance(seed, (int, np.integer)) else [int(s) for s in seed]
+        for part in seeds:
+            if not 0 <= part <= limits.MAX_SEED:
+                raise TaskInputError(f"seed {part} is out of range: seeds are integers from 0 to "
+                                     f"{limits.MAX_SEED:,}")
         entropy = [task_id(self.name), _SPLIT_IDS[split], int(length), *seeds]
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
 
@@ -133,6 +140,10 @@ class Task(ABC):
                 f"length {length} is under the minimum of task {self.name!r} "
                 f"({self.min_length} {self.length_unit})"
             )
+        try:
+            limits.check_sample_size(n, length)
+        except UserError as exc:
+            raise TaskInputError(str(exc)) from None
 
     def sample(
         self, n: int, length: int, seed: int | Sequence[int] = 0, split: str = "train"

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +25,10 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from lengthgen.config import RunConfig
+from lengthgen import limits
+from lengthgen.config import RunConfig, build_run_config, combine_overrides, flag_overrides
+from lengthgen.errors import UserError
+from lengthgen.files import new_folder
 
 Launcher = Literal["local", "ray"]
 RunState = Literal["ok", "failed", "missing"]
@@ -34,7 +36,7 @@ RunState = Literal["ok", "failed", "missing"]
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """The grid (tasks × backends × position schemes × seeds) and the shared overrides."""
+    """The grid (tasks × backends × position schemes × seeds) and the settings shared by its runs."""
 
     tasks: tuple[str, ...]
     attns: tuple[str, ...]
@@ -45,75 +47,42 @@ class SweepSpec:
     max_factor: int | None = None
     eval_samples: int | None = None
     train_length: int | None = None
+    selection: str | None = None
     task_params: dict[str, Any] = field(default_factory=dict)
-    #: Further fields per config section (``train``, ``eval``, ``arch``), applied after the flags.
-    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Further ``SECTION.FIELD`` settings (``--set train.lr=5e-4``), as for ``lengthgen run``.
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def settings(self) -> dict[str, Any]:
+        """The dedicated flags and ``overrides`` as one dict of dotted overrides."""
+        flags = flag_overrides(steps=self.steps, max_factor=self.max_factor, train_length=self.train_length,
+                               eval_samples=self.eval_samples, selection=self.selection)
+        return combine_overrides(flags, self.overrides)
 
     def configs(self) -> list[RunConfig]:
-        """One config per grid point, in a stable order (task, backend, position, seed).
-
-        Backend options are the backend's defaults, written out as ``lengthgen run`` does, so a
-        run has the same id whether it came from ``run`` or from a sweep.
-        """
-        from lengthgen.attention import ATTENTION
-        from lengthgen.presets import build_run_config
-
-        out = []
-        for task in self.tasks:
-            for attn in self.attns:
-                options = ATTENTION.get(attn).Options().model_dump()
-                for pos in self.positions:
-                    for seed in self.seeds:
-                        out.append(build_run_config(
-                            task, attn, pos=pos, preset=self.preset, seed=seed,
-                            task_params=self.task_params or None, attn_options=options,
-                            train_overrides={"steps": self.steps, "train_length": self.train_length,
-                                             **self.overrides.get("train", {})},
-                            eval_overrides={
-                                "max_factor": self.max_factor, "samples": self.eval_samples,
-                                "min_samples": min(self.eval_samples, 16) if self.eval_samples else None,
-                                **self.overrides.get("eval", {}),
-                            },
-                            arch_overrides=self.overrides.get("arch"),
-                        ))
-        return out
+        """One config per grid point, in a stable order (task, backend, position, seed), each built
+        by ``build_run_config`` exactly as ``lengthgen run`` builds it, so a run has the same id
+        whether it came from ``run`` or from a sweep."""
+        settings = self.settings()
+        return [
+            build_run_config(task, attn, pos=pos, preset=self.preset, seed=seed,
+                             task_params=self.task_params, overrides=settings)
+            for task in self.tasks for attn in self.attns for pos in self.positions for seed in self.seeds
+        ]
 
 
 def validate_spec(spec: SweepSpec) -> list[RunConfig]:
-    """Check every name and every config before anything runs; errors name the valid choices.
-
-    Raises the registry's ``UnknownNameError`` / ``PluginLoadError``, pydantic's
-    ``ValidationError`` or ``ValueError`` — all one-line user errors at the CLI.
-    """
-    from lengthgen.attention import ATTENTION
-    from lengthgen.attention.positions import get_position_scheme
-    from lengthgen.model import ModelConfig
-    from lengthgen.presets import preset_sections
-    from lengthgen.tasks import get_task
-
+    """Check every name and every config before anything runs; a problem is a one-line
+    ``UserError`` naming the valid choices."""
     for name, values in (("--task", spec.tasks), ("--attn", spec.attns), ("--pos", spec.positions),
                          ("--seeds", spec.seeds)):
         if not values:
-            raise ValueError(f"{name} needs at least one value")
+            raise UserError(f"{name} needs at least one value")
         if len(set(values)) != len(values):
-            raise ValueError(f"{name} lists a value twice: {', '.join(map(str, values))}")
-    if any(s < 0 for s in spec.seeds):
-        raise ValueError("--seeds must be non-negative integers")
-    preset_sections(spec.tasks[0], spec.preset)
-    tasks = {name: get_task(name, **spec.task_params) for name in spec.tasks}
-    for attn in spec.attns:
-        ATTENTION.get(attn)
-    for pos in spec.positions:
-        get_position_scheme(pos)
-    configs = spec.configs()
-    for config in configs:
-        task = tasks[config.task]
-        if config.train.train_length < task.min_length:
-            raise ValueError(f"train length {config.train.train_length} is under the minimum of task "
-                             f"{task.name!r} ({task.min_length})")
-        ModelConfig(vocab_size=task.vocab.size, attn=config.attn, attn_options=config.attn_options,
-                    pos=config.pos, **config.arch.model_dump())
-    return configs
+            raise UserError(f"{name} lists a value twice: {', '.join(map(str, values))}")
+    limits.check_at_most("number of seeds", len(spec.seeds), limits.MAX_SEEDS)
+    for seed in spec.seeds:
+        limits.check_seed(seed)
+    return spec.configs()
 
 
 # -- the dataset ----------------------------------------------------------------------------------
@@ -202,14 +171,15 @@ def outcome_of(key: str, frame: pd.DataFrame, seconds: float) -> RunOutcome:
 
 
 def run_one(config: RunConfig, out: str, device: str = "auto", threads: int | None = None,
-            cwd: str | None = None) -> tuple[RunOutcome, pd.DataFrame]:
-    """Execute one run and record it in the dataset; never raises for a failing run.
+            cwd: str | None = None, log: str | None = None) -> tuple[RunOutcome, pd.DataFrame]:
+    """Execute one run and record it in the dataset; never raises for a failing run (only for a
+    file system that cannot take its results: no space, no permission).
 
     Runs in the driver (local, jobs=1), in a pool process (local, jobs>1) or in a Ray worker.
     ``cwd`` lets a worker resolve relative ``file.py:Class`` plugin specs like the driver did.
     """
     from lengthgen.harness.results import write_parquet_atomic
-    from lengthgen.harness.run import execute
+    from lengthgen.harness.run import execute, record_failure
 
     if cwd and os.path.isdir(cwd) and os.getcwd() != cwd:
         os.chdir(cwd)
@@ -220,29 +190,31 @@ def run_one(config: RunConfig, out: str, device: str = "auto", threads: int | No
     key = run_key(config)
     start = time.perf_counter()
     try:
-        frame = execute(config, Path(out) / "runs", device_name=device, progress=False)
+        frame = execute(config, Path(out) / "runs", device_name=device, progress=False, log=log)
+    except OSError:
+        raise
     except Exception as exc:  # the harness records its own failures; this catches the rest
-        run_dir = Path(out) / "runs" / key
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "error.txt").write_text(traceback.format_exc())
+        record_failure(Path(out) / "runs" / key, exc)
         frame = failed_frame(config, exc)
     write_parquet_atomic(frame, data_path(out, key))
     return outcome_of(key, frame, time.perf_counter() - start), frame
 
 
-def _pool_worker(config: RunConfig, out: str, device: str, threads: int | None, cwd: str) -> RunOutcome:
-    return run_one(config, out, device, threads, cwd)[0]
+def _pool_worker(config: RunConfig, out: str, device: str, threads: int | None, cwd: str,
+                 log: str | None) -> RunOutcome:
+    return run_one(config, out, device, threads, cwd, log)[0]
 
 
 # -- launchers ------------------------------------------------------------------------------------
 OnDone = Callable[[RunOutcome], None]
 
 
-def launch_local(todo: Sequence[RunConfig], out: str, device: str, jobs: int, on_done: OnDone) -> None:
+def launch_local(todo: Sequence[RunConfig], out: str, device: str, jobs: int, on_done: OnDone,
+                 log: str | None = None) -> None:
     """In this process (jobs = 1) or in a pool of ``jobs`` processes sharing the cores."""
     if jobs <= 1:
         for config in todo:
-            on_done(run_one(config, out, device)[0])
+            on_done(run_one(config, out, device, log=log)[0])
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -250,7 +222,8 @@ def launch_local(todo: Sequence[RunConfig], out: str, device: str, jobs: int, on
     threads = max(1, (os.cpu_count() or 1) // jobs)
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
     try:
-        futures = {pool.submit(_pool_worker, c, out, device, threads, os.getcwd()): c for c in todo}
+        futures = {pool.submit(_pool_worker, c, out, device, threads, os.getcwd(), log): c
+                   for c in todo}
         for future in as_completed(futures):
             try:
                 outcome = future.result()
@@ -277,12 +250,12 @@ def _record_if_missing(config: RunConfig, out: str, frame: pd.DataFrame) -> None
 
 
 def _ray_task(config: RunConfig, out: str, device: str, threads: int | None,
-              cwd: str) -> tuple[RunOutcome, pd.DataFrame]:
-    return run_one(config, out, device, threads, cwd)
+              cwd: str, log: str | None) -> tuple[RunOutcome, pd.DataFrame]:
+    return run_one(config, out, device, threads, cwd, log)
 
 
 def launch_ray(todo: Sequence[RunConfig], out: str, device: str, jobs: int | None, address: str | None,
-               on_done: OnDone) -> None:
+               on_done: OnDone, log: str | None = None) -> None:
     """One Ray task per run: one GPU each where the cluster has GPUs, else CPUs.
 
     Connects to ``address`` (or a cluster this process already joined), otherwise starts a local
@@ -292,7 +265,7 @@ def launch_ray(todo: Sequence[RunConfig], out: str, device: str, jobs: int | Non
     try:
         import ray
     except ImportError:
-        raise ValueError("--launcher ray needs Ray: pip install 'lengthgen[ray]'") from None
+        raise UserError("--launcher ray needs Ray: pip install 'lengthgen[ray]'") from None
     started = False
     if not ray.is_initialized():
         if address:
@@ -311,7 +284,7 @@ def launch_ray(todo: Sequence[RunConfig], out: str, device: str, jobs: int | Non
             options, threads = {"num_cpus": per_run}, per_run
         remote = ray.remote(_ray_task).options(**options)
         cwd = os.getcwd()
-        pending = {remote.remote(c, out, device, threads, cwd): c for c in todo}
+        pending = {remote.remote(c, out, device, threads, cwd, log): c for c in todo}
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)
@@ -360,15 +333,24 @@ def run_sweep(
     retry_failed: bool = False,
     progress: bool = True,
     report: SweepReport | None = None,
+    log: str | None = None,
 ) -> SweepReport:
     """Run every config of the grid not yet recorded under ``out``; one progress bar with ETA.
 
-    Pass ``report`` to keep the partial counts when a Ctrl-C (KeyboardInterrupt) propagates.
+    Pass ``report`` to keep the partial counts when a Ctrl-C (KeyboardInterrupt) propagates;
+    ``log`` names a tracker for every run (``tensorboard``, ``wandb``).
     """
+    root = str(Path(out).resolve())
+    with new_folder(data_dir(root)):
+        return _run_sweep(configs, root, launcher, device, jobs, ray_address, retry_failed, progress,
+                          report, log)
+
+
+def _run_sweep(configs: Sequence[RunConfig], root: str, launcher: Launcher, device: str, jobs: int | None,
+               ray_address: str | None, retry_failed: bool, progress: bool, report: SweepReport | None,
+               log: str | None) -> SweepReport:
     from tqdm.auto import tqdm
 
-    root = str(Path(out).resolve())
-    data_dir(root).mkdir(parents=True, exist_ok=True)
     todo_plan = plan(configs, root, retry_failed=retry_failed)
     if report is None:
         report = SweepReport(len(configs), len(todo_plan.done_ok), len(todo_plan.done_failed))
@@ -390,11 +372,11 @@ def run_sweep(
 
     try:
         if launcher == "local":
-            launch_local(todo_plan.todo, root, device, jobs or 1, on_done)
+            launch_local(todo_plan.todo, root, device, jobs or 1, on_done, log)
         elif launcher == "ray":
-            launch_ray(todo_plan.todo, root, device, jobs, ray_address, on_done)
+            launch_ray(todo_plan.todo, root, device, jobs, ray_address, on_done, log)
         else:
-            raise ValueError(f"unknown launcher {launcher!r}; valid launchers: local, ray")
+            raise UserError(f"unknown launcher {launcher!r}; valid launchers: local, ray")
     except KeyboardInterrupt:
         report.interrupted = True
         raise
@@ -407,23 +389,27 @@ def parse_list(text: str, what: str) -> tuple[str, ...]:
     """``a,b , c`` → ('a', 'b', 'c'); empty items are an error, not silently dropped."""
     items = tuple(item.strip() for item in text.split(","))
     if not text.strip() or any(not item for item in items):
-        raise ValueError(f"bad {what} list {text!r}: expected comma-separated names")
+        raise UserError(f"bad {what} list {text!r}: expected comma-separated names")
     return items
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
-    """``0,1,2`` or a range ``0-4`` (inclusive), or a mix: ``0,2,5-7``."""
+    """``0,1,2`` or a range ``0-4`` (inclusive), or a mix: ``0,2,5-7``; at most ``MAX_SEEDS``
+    seeds, counted before a range is expanded."""
     seeds: list[int] = []
     for item in parse_list(text, "seed"):
         lo, dash, hi = item.partition("-")
         try:
-            if dash:
-                seeds.extend(range(int(lo), int(hi) + 1))
-            else:
-                seeds.append(int(item))
+            first, last = (int(lo), int(hi)) if dash else (int(item), int(item))
         except ValueError:
-            raise ValueError(f"bad seed {item!r} in --seeds {text!r}: expected integers like 0,1,2 or 0-4") \
+            raise UserError(f"bad seed {item!r} in --seeds {text!r}: expected integers like 0,1,2 or 0-4") \
                 from None
+        limits.check_seed(first)
+        limits.check_seed(last)
+        if last < first:
+            raise UserError(f"bad seed range {item!r} in --seeds {text!r}: the end is before the start")
+        limits.check_at_most("number of seeds", len(seeds) + last - first + 1, limits.MAX_SEEDS)
+        seeds.extend(range(first, last + 1))
     return tuple(seeds)
 
 
@@ -436,33 +422,8 @@ def shard_of(configs: Sequence[RunConfig], shard: str) -> list[RunConfig]:
     except ValueError:
         i, n = -1, 0
     if not slash or n < 1 or not 0 <= i < n:
-        raise ValueError(f"bad --shard {shard!r}: expected I/N with 0 <= I < N, e.g. 0/4")
+        raise UserError(f"bad --shard {shard!r}: expected I/N with 0 <= I < N, e.g. 0/4")
     return list(configs[i::n])
-
-
-SECTIONS = ("train", "eval", "arch")
-
-
-def parse_overrides(pairs: Sequence[str] | None) -> dict[str, dict[str, Any]]:
-    """``train.batch_size=8`` pairs → {"train": {"batch_size": 8}}; values parsed as JSON if they can be.
-
-    Unknown field names are caught later by the config models (extra fields are forbidden).
-    """
-    import json
-
-    out: dict[str, dict[str, Any]] = {}
-    for pair in pairs or []:
-        name, eq, raw = pair.partition("=")
-        section, dot, key = name.partition(".")
-        if not eq or not dot or not key or section not in SECTIONS:
-            raise ValueError(f"bad --set {pair!r}: expected SECTION.FIELD=VALUE with SECTION one of "
-                             f"{', '.join(SECTIONS)} (e.g. train.batch_size=32)")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        out.setdefault(section, {})[key] = value
-    return out
 
 
 class SweepTerminated(KeyboardInterrupt):

@@ -1,0 +1,18 @@
+"""The one user-error type, and the one warning type meant for users.
+
+Anything the user can fix (an unknown name, a bad value, an impossible combination, a folder that
+cannot be written) raises :class:`UserError` or a subclass, with a one-line message that names the
+valid choices. The command line turns every one of them into ``error: <message>`` and exit code 2
+in a single place (``lengthgen.cli``); Python callers catch ``UserError``.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad input or an unusable path, explained in one line; never a bug in lengthgen."""
+
+
+class UserNotice(UserWarning):
+    """A warning for users, not developers (a skipped plugin, an unreadable results file):
+    the command line prints it as one ``warning: ...`` line without a source location."""
