@@ -374,7 +374,10 @@ def sweep_command(
     train_length: int | None = typer.Option(None, "--train-length", help="Longest training length L."),
     selection: Selection | None = typer.Option(None, "--selection", help="Checkpoint selection: id or 8x."),
     param: list[str] = typer.Option(None, "--param", help="Task parameter key=value (all tasks)."),
-    override: list[str] = typer.Option(None, "--set", help="Config field, e.g. train.lr=5e-4 (repeatable)."),
+    override: list[str] = typer.Option(
+        None, "--set",
+        help="Config field, e.g. train.lr=5e-4 (repeatable); several values make a grid: train.lr=1e-3,2e-3",
+    ),
     out: str = typer.Option(..., "--out", help="Sweep folder: DIR/data (results), DIR/runs (artifacts)."),
     launcher: Launcher = typer.Option(Launcher.local, "--launcher", help="local or ray."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster to join (else local)."),
@@ -389,12 +392,13 @@ def sweep_command(
     from lengthgen import sweeps as sw
     from lengthgen.config import parse_assignments
 
+    shared, grid = sw.split_settings(parse_assignments(override, "--set", parse=sw.parse_choices))
     spec = sw.SweepSpec(
         tasks=sw.parse_list(tasks, "task"), attns=sw.parse_list(attns, "attention backend"),
         positions=sw.parse_list(positions, "position scheme"), seeds=sw.parse_seeds(seeds),
         preset=preset, steps=steps, max_factor=max_factor, eval_samples=eval_samples,
         train_length=train_length, selection=selection.value if selection else None,
-        task_params=parse_assignments(param, "--param"), overrides=parse_assignments(override, "--set"),
+        task_params=parse_assignments(param, "--param"), overrides=shared, grid=grid,
     )
     if jobs is not None and jobs < 1:
         raise UserError("--jobs must be at least 1")
@@ -410,8 +414,9 @@ def sweep_command(
             raise UserError("--launcher ray needs Ray: pip install 'lengthgen[ray]'") from None
     _check_run_environment(device if launcher is Launcher.local else None, log)
     out_dir = folder_for_writing(out, "--out")
+    settings = f"{len(spec.points())} settings x " if spec.grid else ""
     typer.echo(f"sweep: {len(configs)} runs ({len(spec.tasks)} tasks x {len(spec.attns)} backends x "
-               f"{len(spec.positions)} position schemes x {len(spec.seeds)} seeds"
+               f"{len(spec.positions)} position schemes x {settings}{len(spec.seeds)} seeds"
                f"{f', shard {shard}' if shard else ''}), preset {preset}, launcher {launcher.value} -> {out}",
                err=True)
     report = sw.SweepReport(len(configs), 0, 0)

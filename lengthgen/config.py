@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import (
@@ -231,8 +231,10 @@ def parse_value(raw: str) -> Any:
         return raw
 
 
-def parse_assignments(pairs: Iterable[str] | None, flag: str = "--param") -> dict[str, Any]:
-    """``key=value`` strings (``--param``, ``--attn-option``, ``--set``) → {key: parsed value}."""
+def parse_assignments(pairs: Iterable[str] | None, flag: str = "--param",
+                      parse: Callable[[str], Any] = parse_value) -> dict[str, Any]:
+    """``key=value`` strings (``--param``, ``--attn-option``, ``--set``) → {key: parsed value};
+    ``parse`` reads a value (a sweep reads a list of values with ``sweeps.parse_choices``)."""
     out: dict[str, Any] = {}
     for pair in pairs or ():
         key, eq, raw = pair.partition("=")
@@ -241,7 +243,7 @@ def parse_assignments(pairs: Iterable[str] | None, flag: str = "--param") -> dic
             raise UserError(f"bad {flag} {pair!r}: expected key=value")
         if key in out:
             raise UserError(f"{flag} sets {key!r} twice")
-        out[key] = parse_value(raw)
+        out[key] = parse(raw)
     return out
 
 

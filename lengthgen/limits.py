@@ -23,6 +23,8 @@ MAX_SAMPLES = 10**6
 MAX_SEED = 2**32 - 1
 #: Most seeds in one sweep.
 MAX_SEEDS = 10_000
+#: Most runs in one sweep (tasks × backends × schemes × settings × seeds).
+MAX_RUNS = 100_000
 #: Most training steps (the paper trains 50,000).
 MAX_STEPS = 10**7
 #: Most model parameters, estimated from the layer sizes (the paper's largest model has ~13 M).

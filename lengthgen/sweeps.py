@@ -14,6 +14,9 @@ function serves the local and the Ray launcher, so both produce the same dataset
 
 from __future__ import annotations
 
+import itertools
+import json
+import math
 import os
 import signal
 import time
@@ -26,7 +29,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from lengthgen import limits
-from lengthgen.config import RunConfig, build_run_config, combine_overrides, flag_overrides
+from lengthgen.config import RunConfig, build_run_config, combine_overrides, flag_overrides, parse_value
 from lengthgen.errors import UserError
 from lengthgen.files import new_folder
 
@@ -36,7 +39,10 @@ RunState = Literal["ok", "failed", "missing"]
 
 @dataclass(frozen=True)
 class SweepSpec:
-    """The grid (tasks × backends × position schemes × seeds) and the settings shared by its runs."""
+    """The grid (tasks × backends × position schemes × settings × seeds) and the settings shared by
+    its runs. ``grid`` holds the fields given several values (``--set train.lr=5e-4,1e-3``): every
+    combination of them is a setting. A grid point whose values are the preset's builds exactly the
+    config a sweep without the grid builds, so its run keeps its id."""
 
     tasks: tuple[str, ...]
     attns: tuple[str, ...]
@@ -51,6 +57,8 @@ class SweepSpec:
     task_params: dict[str, Any] = field(default_factory=dict)
     #: Further ``SECTION.FIELD`` settings (``--set train.lr=5e-4``), as for ``lengthgen run``.
     overrides: dict[str, Any] = field(default_factory=dict)
+    #: ``SECTION.FIELD`` → the values to cross (``{"train.lr": (5e-4, 1e-3)}``).
+    grid: dict[str, tuple[Any, ...]] = field(default_factory=dict)
 
     def settings(self) -> dict[str, Any]:
         """The dedicated flags and ``overrides`` as one dict of dotted overrides."""
@@ -58,15 +66,27 @@ class SweepSpec:
                                eval_samples=self.eval_samples, selection=self.selection)
         return combine_overrides(flags, self.overrides)
 
+    def points(self) -> list[dict[str, Any]]:
+        """Every combination of the grid's values (the first field varies slowest); one empty
+        point without a grid."""
+        keys = list(self.grid)
+        return [dict(zip(keys, values, strict=True)) for values in itertools.product(*self.grid.values())]
+
+    def size(self) -> int:
+        """Runs in the grid, counted before any config is built."""
+        return (len(self.tasks) * len(self.attns) * len(self.positions) * len(self.seeds)
+                * math.prod(len(v) for v in self.grid.values()))
+
     def configs(self) -> list[RunConfig]:
-        """One config per grid point, in a stable order (task, backend, position, seed), each built
-        by ``build_run_config`` exactly as ``lengthgen run`` builds it, so a run has the same id
-        whether it came from ``run`` or from a sweep."""
-        settings = self.settings()
+        """One config per grid point, in a stable order (task, backend, position, setting, seed),
+        each built by ``build_run_config`` exactly as ``lengthgen run`` builds it, so a run has the
+        same id whether it came from ``run`` or from a sweep."""
+        settings = [combine_overrides(self.settings(), point) for point in self.points()]
         return [
             build_run_config(task, attn, pos=pos, preset=self.preset, seed=seed,
-                             task_params=self.task_params, overrides=settings)
-            for task in self.tasks for attn in self.attns for pos in self.positions for seed in self.seeds
+                             task_params=self.task_params, overrides=setting)
+            for task in self.tasks for attn in self.attns for pos in self.positions for setting in settings
+            for seed in self.seeds
         ]
 
 
@@ -82,6 +102,11 @@ def validate_spec(spec: SweepSpec) -> list[RunConfig]:
     limits.check_at_most("number of seeds", len(spec.seeds), limits.MAX_SEEDS)
     for seed in spec.seeds:
         limits.check_seed(seed)
+    for key, values in spec.grid.items():
+        texts = [json.dumps(v, sort_keys=True) for v in values]
+        if len(set(texts)) != len(texts):
+            raise UserError(f"--set {key} lists a value twice: {', '.join(texts)}")
+    limits.check_at_most("runs in the sweep", spec.size(), limits.MAX_RUNS)
     return spec.configs()
 
 
@@ -411,6 +436,33 @@ def parse_seeds(text: str) -> tuple[int, ...]:
         limits.check_at_most("number of seeds", len(seeds) + last - first + 1, limits.MAX_SEEDS)
         seeds.extend(range(first, last + 1))
     return tuple(seeds)
+
+
+def parse_choices(raw: str) -> tuple[Any, ...]:
+    """The values a sweep's ``--set`` gives one field: ``5e-4,1e-3`` → (0.0005, 0.001). Each value
+    reads as ``lengthgen run`` reads one (``config.parse_value``); a comma inside a JSON list or
+    object does not split it (``[0.9,0.99],[0.9,0.999]`` is two values), text splits at every
+    comma (``id,8x``)."""
+    try:
+        values = json.loads(f"[{raw}]", parse_constant=_refuse_constant)
+    except ValueError:
+        items = [item.strip() for item in raw.split(",")]
+        if any(not item for item in items):
+            raise UserError(f"bad --set value {raw!r}: an empty item in a comma-separated list") from None
+        values = [parse_value(item) for item in items]
+    if not values:
+        raise UserError("--set needs a value after '='")
+    return tuple(values)
+
+
+def _refuse_constant(constant: str) -> Any:
+    raise ValueError(constant)  # NaN, Infinity: left as text, which the config then refuses
+
+
+def split_settings(choices: dict[str, tuple[Any, ...]]) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]]]:
+    """``--set`` fields with one value (shared settings) apart from those with several (the grid)."""
+    shared = {key: values[0] for key, values in choices.items() if len(values) == 1}
+    return shared, {key: values for key, values in choices.items() if len(values) > 1}
 
 
 def shard_of(configs: Sequence[RunConfig], shard: str) -> list[RunConfig]:

@@ -4,6 +4,7 @@ evaluation at 1x and 2x on a handful of samples."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -21,7 +22,17 @@ from typer.testing import CliRunner
 from lengthgen.cli import app
 from lengthgen.errors import UserError
 from lengthgen.leaderboard import load_rows
-from lengthgen.sweeps import SweepSpec, data_path, parse_seeds, plan, run_key, run_state, shard_of
+from lengthgen.sweeps import (
+    SweepSpec,
+    data_path,
+    parse_choices,
+    parse_seeds,
+    plan,
+    run_key,
+    run_state,
+    shard_of,
+    validate_spec,
+)
 
 runner = CliRunner()
 
@@ -162,7 +173,9 @@ def test_failures_recorded_skipped_and_retried(tmp_path: Path) -> None:
     board = runner.invoke(app, ["leaderboard", str(out), "--out", str(tmp_path / "board")])
     assert board.exit_code == 0, board.output
     readme = (tmp_path / "board" / "README.md").read_text()
-    assert "| **softmax** | nape | 1 |" in readme and " | — | 1 |" in readme  # the failed run shows
+    lines = readme.splitlines()
+    assert any(line.startswith("| softmax | nape |") for line in lines)
+    assert any(spec in line and line.endswith(" | — | 1 |") for line in lines)  # the failed run shows
     command = next(line for line in readme.splitlines() if line.startswith("lengthgen sweep "))
     rebuilt = runner.invoke(app, shlex.split(command)[1:] + ["--quiet"])
     assert "0 ok, 0 failed this time; 2 already recorded (1 failed" in rebuilt.output, rebuilt.output
@@ -178,6 +191,10 @@ def test_failures_recorded_skipped_and_retried(tmp_path: Path) -> None:
         (["--task", "copy", "--attn", "softmax", "--seeds", "0,a"], "bad seed 'a'"),
         (["--task", "copy", "--attn", "softmax", "--max-factor", "3"], "power of two"),
         (["--task", "copy", "--attn", "softmax", "--launcher", "local", "--ray-address", "x:1"], "needs"),
+        (["--task", "copy", "--attn", "softmax", "--set", "train.lr=1e-3,"], "an empty item"),
+        (["--task", "copy", "--attn", "softmax", "--set", "train.lr=1e-3,0.001"], "lists a value twice"),
+        (["--task", "copy", "--attn", "softmax", "--set", "train.lr=1e-3,fast"], "train.lr"),
+        (["--task", "copy", "--attn", "softmax", "--steps", "5", "--set", "train.steps=5,10"], "set twice"),
     ],
 )
 def test_bad_input_exits_2_before_running(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -186,6 +203,70 @@ def test_bad_input_exits_2_before_running(tmp_path: Path, args: list[str], expec
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(("raw", "values"), [
+    ("5e-4,1e-3,2e-3", (5e-4, 1e-3, 2e-3)),
+    ("id,8x", ("id", "8x")),
+    ("[0.9,0.99],[0.9,0.999]", ([0.9, 0.99], [0.9, 0.999])),  # commas inside a list do not split
+    ("[0.9,0.99]", ([0.9, 0.99],)),  # one value, as `lengthgen run --set` reads it
+    ("true", (True,)),
+    ("NaN", ("NaN",)),  # text, which the config refuses
+])
+def test_set_values_of_a_grid(raw: str, values: tuple[object, ...]) -> None:
+    assert parse_choices(raw) == values
+
+
+def test_grid_points_keep_the_ids_of_runs_made_without_a_grid() -> None:
+    """A grid over the learning rate holds the preset's run unchanged, and crosses every axis."""
+    base = SweepSpec(tasks=("copy", "sort"), attns=("softmax", "asentmax"), seeds=(0, 1), steps=2)
+    plain = {run_key(c) for c in base.configs()}
+    preset_lr = base.configs()[0].train.lr  # 2e-3 for both tasks' quick presets
+    grid = SweepSpec(tasks=base.tasks, attns=base.attns, seeds=base.seeds, steps=2,
+                     grid={"train.lr": (5e-4, preset_lr), "arch.n_layers": (3, 2)})
+    configs = validate_spec(grid)
+    assert len(configs) == 2 * 2 * 2 * 2 * 2 == grid.size()
+    assert plain <= {run_key(c) for c in configs}  # the preset's rate and depth: the same runs as before
+    assert len({run_key(c) for c in configs}) == len(configs)
+    first = configs[:8]  # copy / softmax / nape: the settings in order (first field slowest), seeds fastest
+    assert [(c.train.lr, c.arch.n_layers, c.seed) for c in first] == [
+        (5e-4, 3, 0), (5e-4, 3, 1), (5e-4, 2, 0), (5e-4, 2, 1),
+        (preset_lr, 3, 0), (preset_lr, 3, 1), (preset_lr, 2, 0), (preset_lr, 2, 1)]
+
+
+def test_learning_rate_grid_end_to_end(tmp_path: Path) -> None:
+    """A two-value learning-rate grid: the leaderboard names the chosen setting and the runner-up,
+    regenerates byte for byte, and its reproduce command rebuilds the grid (everything recorded)."""
+    out = tmp_path / "sweep"
+    grid = ["--task", "copy", "--attn", "softmax", "--seeds", "0,1", "--set", "train.lr=1e-3,4e-3"]
+    result = _sweep(out, *grid)
+    assert result.exit_code == 0, result.output
+    assert "4 runs (1 tasks x 1 backends x 1 position schemes x 2 settings x 2 seeds)" in result.output
+    rows = load_rows(out)
+    assert sorted({json.loads(c)["train"]["lr"] for c in rows["config_json"]}) == [1e-3, 4e-3]
+    assert rows["val_exact_id"].notna().all() and rows["val_exact_8x"].notna().all()
+    board = tmp_path / "board"
+    args = ["leaderboard", str(out), "--out", str(board), "--commit", "abc1234"]
+    assert runner.invoke(app, args).exit_code == 0
+    first = {p.name: p.read_bytes() for p in board.rglob("*") if p.is_file()}
+    assert runner.invoke(app, args).exit_code == 0
+    assert first == {p.name: p.read_bytes() for p in board.rglob("*") if p.is_file()}
+    readme = first["README.md"].decode()
+    row = next(line for line in readme.splitlines() if line.startswith("| softmax | nape | train.lr="))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    scores = {}
+    for lr in ("0.001", "0.004"):
+        per_seed = rows[rows["config_json"].str.contains(f'"lr":{lr}')].drop_duplicates("run_id")
+        scores[lr] = per_seed["val_exact_id"].mean()
+    chosen, other = sorted(scores, key=lambda lr: (-scores[lr], lr))
+    assert cells[2] == f"train.lr={chosen} · val {100 * scores[chosen]:.1f}"
+    assert cells[3] == f"train.lr={other} · val {100 * scores[other]:.1f}"
+    csv = pd.read_csv(board / "leaderboard.csv")
+    assert set(csv.loc[csv["chosen"] & (csv["source"] == "measured"), "runner_up"]) == {f"train.lr={other}"}
+    command = next(line for line in readme.splitlines() if line.startswith("lengthgen sweep "))
+    assert "--set train.lr=0.001,0.004" in command
+    rebuilt = runner.invoke(app, shlex.split(command)[1:] + ["--quiet"])
+    assert "0 ok, 0 failed this time; 4 already recorded" in rebuilt.output, rebuilt.output
 
 
 def test_seed_lists_shards_and_unreadable_data_files(tmp_path: Path) -> None:

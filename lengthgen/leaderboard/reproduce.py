@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shlex
 from collections.abc import Sequence
 from typing import Any
@@ -28,19 +29,23 @@ def _recipe_without(config_json: Any, ignore: Sequence[str]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8] if config else ""
 
 
-def sweep_flags(task: str, config: dict[str, Any]) -> tuple[str, ...] | None:
+def sweep_flags(task: str, config: dict[str, Any],
+                grid: dict[str, tuple[Any, ...]] | None = None) -> tuple[str, ...] | None:
     """The flags that make ``lengthgen sweep`` build ``config`` (bar backend, position, seed):
-    dedicated flags where they exist, ``--set`` for any other field that differs from the preset.
-    None when this installation cannot rebuild it (unknown task or preset)."""
+    dedicated flags where they exist, ``--set`` for any other field that differs from the preset,
+    and ``--set FIELD=a,b`` for each field of ``grid`` (dotted name → its values). None when this
+    installation cannot rebuild it (unknown task or preset)."""
     from lengthgen.config import SECTIONS, build_run_config
     from lengthgen.sweeps import SweepSpec
 
+    grid = grid or {}
     try:
         preset = config["preset"]
         default = build_run_config(task, "softmax", preset=preset).model_dump(mode="json")
         dedicated = {"steps": ("train", "steps"), "train_length": ("train", "train_length"),
                      "max_factor": ("eval", "max_factor"), "eval_samples": ("eval", "samples")}
-        chosen = {name: config[s][k] for name, (s, k) in dedicated.items() if config[s][k] != default[s][k]}
+        chosen = {name: config[s][k] for name, (s, k) in dedicated.items()
+                  if config[s][k] != default[s][k] and f"{s}.{k}" not in grid}
         params = {k: v for k, v in sorted(config["task_params"].items())
                   if default["task_params"].get(k) != v}
         spec = SweepSpec(tasks=(task,), attns=("softmax",), preset=preset, task_params=params, **chosen)
@@ -51,27 +56,73 @@ def sweep_flags(task: str, config: dict[str, Any]) -> tuple[str, ...] | None:
     flags += [f"--param {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in params.items()]
     for section in SECTIONS:
         for key, value in sorted(config[section].items()):
-            if built[section].get(key) != value:
+            if f"{section}.{key}" not in grid and built[section].get(key) != value:
                 flags.append(f"--set {shlex.quote(f'{section}.{key}={json.dumps(value)}')}")
+    for key, values in grid.items():
+        flags.append(f"--set {shlex.quote(key + '=' + ','.join(json.dumps(v) for v in values))}")
     return (f"--preset {preset}", *flags)
+
+
+def _dotted(config: dict[str, Any]) -> dict[str, str]:
+    """The config minus the fields a sweep command varies itself, as dotted name → JSON text."""
+    from lengthgen.config import SECTIONS
+
+    out = {k: json.dumps(v, sort_keys=True) for k, v in config.items() if k not in SECTIONS}
+    for section in SECTIONS:
+        fields = config.get(section, {})
+        out.update({f"{section}.{k}": json.dumps(v, sort_keys=True) for k, v in fields.items()})
+    for key in GRID_FIELDS:
+        out.pop(key, None)
+    return out
+
+
+def _value_order(text: str) -> tuple[int, float, str]:
+    value = json.loads(text)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return (0, float(value), "") if number else (1, 0.0, text)
+
+
+def grid_blocks(configs: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, tuple[Any, ...]]]]:
+    """Configs that form a full grid over some ``train``/``eval``/``arch`` fields → one (config,
+    grid) block, so one ``--set FIELD=a,b`` command rebuilds them all; otherwise one block each."""
+    if len(configs) < 2:
+        return [(c, {}) for c in configs]
+    flat = [_dotted(c) for c in configs]
+    keys = sorted(set().union(*flat))
+    varying = [k for k in keys if len({f.get(k) for f in flat}) > 1]
+    values = {k: sorted({f[k] for f in flat if k in f}, key=_value_order) for k in varying}
+    points = {tuple(f.get(k) for k in varying) for f in flat}
+    full = len(points) == len(flat) == math.prod(len(v) for v in values.values())
+    if not full or any(k.split(".")[0] not in ("train", "eval", "arch") or any(k not in f for f in flat)
+                       for k in varying):
+        return [(c, {}) for c in configs]
+    return [(configs[0], {k: tuple(json.loads(v) for v in values[k]) for k in varying})]
 
 
 def sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
     """`lengthgen sweep` commands that rebuild the runs in the rows: one per set of tasks sharing
-    backends, position scheme, seeds and recipe (flags only where they differ from the preset).
-    Position schemes get separate commands so that a scheme run with only some backends is not
-    crossed with all of them."""
-    groups: dict[tuple[str, ...], list[str]] = {}
+    backends, position scheme, seeds and recipe (flags only where they differ from the preset),
+    with a grid (``--set train.lr=a,b``) where runs form one. Position schemes get separate
+    commands so that a scheme run with only some backends is not crossed with all of them."""
+    units: dict[tuple[str, str, str, str], list[tuple[dict[str, Any], str]]] = {}
     frame = rows.assign(recipe=[_recipe_without(c, GRID_FIELDS) for c in rows["config_json"]])
     for (task, _, _), group in frame.groupby(["task", "recipe", "pos"], sort=True, dropna=False):
         known = sorted(group["config_json"].dropna())
-        flags = sweep_flags(task, json.loads(known[0])) if known else None
-        if flags is None:
-            flags = (f"--preset {_values(group['preset'])}", "# (recipe not rebuildable here)")
         seeds = ",".join(str(s) for s in sorted(set(group["seed"].dropna().astype(int))))
         attns = shlex.quote(",".join(sorted(set(group["attn"]))))
         positions = ",".join(sorted(set(group["pos"].dropna())))
-        groups.setdefault((attns, positions, seeds, *flags), []).append(task)
+        units.setdefault((str(task), attns, positions, seeds), []).append(
+            (json.loads(known[0]) if known else {}, _values(group["preset"])))
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for (task, attns, positions, seeds), entries in sorted(units.items()):
+        known = [config for config, _ in entries if config]
+        blocks: list[tuple[tuple[str, ...] | None, str]] = [
+            (sweep_flags(task, config, grid), config["preset"]) for config, grid in grid_blocks(known)]
+        blocks += [(None, preset) for config, preset in entries if not config]
+        for flags, preset in blocks:
+            if flags is None:
+                flags = (f"--preset {preset}", "# (recipe not rebuildable here)")
+            groups.setdefault((attns, positions, seeds, *flags), []).append(task)
     commands = []
     for key, tasks in sorted(groups.items(), key=lambda kv: (kv[1], kv[0])):
         attns, pos, seeds, *flags = key
