@@ -273,3 +273,12 @@ def test_leaderboard_and_plot_commands(tmp_path: Path) -> None:
         assert failed.exit_code == 2 and message in failed.stderr
     empty = runner.invoke(app, ["leaderboard", str(tmp_path / "nothing"), "--out", str(out)])
     assert empty.exit_code == 2 and "no results" in empty.stderr
+
+
+def test_task_variant_rows_are_rows_of_their_own() -> None:
+    """Rows of a re-evaluation on a variant of the task never mix with the training task's."""
+    rows = make_rows({("softmax", 0): [1.0, 0.9], ("softmax", 1): [1.0, 0.8]})
+    variant = rows.assign(eval_variant="n_pairs=8", exact_match=0.5)
+    table = task_table(summarize(pd.concat([rows, variant], ignore_index=True)), "copy")
+    assert [(texts(r)[0], texts(r)[6].split()[0]) for r in table.rows] == [("softmax", "100.0"),
+                                                                         ("softmax [n_pairs=8]", "50.0")]
