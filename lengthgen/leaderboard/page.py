@@ -22,7 +22,7 @@ h1{margin-bottom:.2em}.meta{color:#555;margin-top:0}nav a{margin-right:.6em}
 .scroll{overflow-x:auto;max-width:100%;margin:.8em 0 1.2em}
 .scroll:focus-visible{outline:2px solid #1a66c9}
 table{border-collapse:collapse;font-size:13px}
-th,td{border:1px solid #ccc;padding:3px 7px;vertical-align:top}
+th,td{border:1px solid #ccc;padding:3px 5px;vertical-align:top}
 th{background:#f0f0f0;white-space:nowrap;text-align:left}
 th button{font:inherit;font-weight:600;color:inherit;background:none;border:0;padding:0;cursor:pointer}
 th button:focus-visible{outline:2px solid #1a66c9;outline-offset:2px}

@@ -86,7 +86,7 @@ def task_headers(part: pd.DataFrame, factors: list[int]) -> tuple[Header, ...]:
         Header("eff. length", f"largest factor whose mean exact match stays ≥ "
                               f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every factor up to it "
                               "(≥: even the longest evaluated one passes)", numeric=True),
-        Header("failed runs", "runs recorded as failed (diverged, out of memory, …)", numeric=True),
+        Header("failed", "runs recorded as failed (diverged, out of memory, …)", numeric=True),
     )
 
 
