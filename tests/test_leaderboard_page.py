@@ -8,6 +8,7 @@ or its driver is not installed (Debian: ``apt-get install chromium chromium-driv
 
 from __future__ import annotations
 
+import resource
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +58,8 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    if resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY:
+        pytest.skip("Chromium cannot start under a virtual-memory limit (ulimit -v); run without one")
     driver = webdriver.Chrome(service=Service(executable_path=str(DRIVER)), options=options)
     try:
         yield driver
