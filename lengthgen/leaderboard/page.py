@@ -30,8 +30,11 @@ th .ind{display:inline-block;min-width:1em;color:#1a66c9}
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.t{min-width:4em}
 td .ci{display:block;font-size:11px;color:#666;white-space:nowrap}
+.scroll th:first-child,.scroll td:first-child{position:sticky;left:0;z-index:1;background:#fff;
+box-shadow:1px 0 0 #bbb}
+.scroll th:first-child{background:#f0f0f0}
 tbody.pinned tr:first-child td{border-top:2px solid #777}
-tbody.pinned td{color:#555;background:#fafafa}
+tbody.pinned td,.scroll tbody.pinned td:first-child{color:#555;background:#fafafa}
 tr.paper td{font-style:italic}
 tr.protocol td:first-child{font-weight:600}
 abbr[title]{text-decoration:underline dotted;cursor:help}
