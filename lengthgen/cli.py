@@ -17,10 +17,17 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import click
 import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
+
+try:  # recent typer runs on its own copy of click: its exceptions are the ones raised here
+    from typer import _click as click
+except ImportError:  # older typer uses click itself
+    import click  # type: ignore[no-redef]
+
+#: click ≥ 8.2 shows the help of a bare command through this exception
+_NoArgsIsHelp: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", type("_Never", (Exception,), {}))
 
 from lengthgen.errors import UserError, UserNotice
 
@@ -38,7 +45,7 @@ def error_message(exc: BaseException) -> str | None:
     if isinstance(exc, ValidationError):
         return validation_message(exc, "invalid parameters")
     if isinstance(exc, click.ClickException):
-        return exc.format_message()
+        return exc.format_message().replace("Value error, ", "")
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or type(exc).__name__}{where}"
@@ -54,10 +61,10 @@ class OneLineErrors(TyperGroup):
             result = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
                                   standalone_mode=False, **extra)
             code = result if isinstance(result, int) else 0
-        except click.exceptions.NoArgsIsHelpError as exc:  # bare `lengthgen`: the help text
+        except _NoArgsIsHelp as exc:  # bare `lengthgen`: the help text
             exc.show()
             code = exc.exit_code
-        except click.exceptions.Abort:
+        except typer.Abort:
             typer.echo("aborted", err=True)
             code = 1
         except (UserError, ValidationError, click.ClickException, OSError) as exc:
