@@ -21,15 +21,20 @@ import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
 
+from lengthgen.errors import UserError, UserNotice
+
 try:  # recent typer runs on its own copy of click: its exceptions are the ones raised here
     from typer import _click as click
 except ImportError:  # older typer uses click itself
     import click  # type: ignore[no-redef]
 
-#: click ≥ 8.2 shows the help of a bare command through this exception
-_NoArgsIsHelp: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", type("_Never", (Exception,), {}))
 
-from lengthgen.errors import UserError, UserNotice
+class _NeverRaised(Exception):
+    pass
+
+
+#: click ≥ 8.2 shows the help of a bare command through this exception
+_NoArgsIsHelp: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", _NeverRaised)
 
 
 def one_line(text: str) -> str:
