@@ -464,9 +464,13 @@ def leaderboard_command(
     """Tables (mean and 95% CI over seeds, effective length, paper numbers) and plots from results."""
     from lengthgen.leaderboard import write_leaderboard
 
+    from lengthgen.files import new_folder
+
     out_dir = folder_for_writing(out, "--out")
     rows = _load_rows(results)
-    for path in write_leaderboard(rows, out_dir, title=title, source=results, hardware=hardware):
+    with new_folder(out_dir):
+        written = write_leaderboard(rows, out_dir, title=title, source=results, hardware=hardware)
+    for path in written:
         typer.echo(str(path))
 
 
