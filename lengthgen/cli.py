@@ -462,9 +462,8 @@ def leaderboard_command(
     hardware: str | None = typer.Option(None, "--hardware", help="Hardware note for the README."),
 ) -> None:
     """Tables (mean and 95% CI over seeds, effective length, paper numbers) and plots from results."""
-    from lengthgen.leaderboard import write_leaderboard
-
     from lengthgen.files import new_folder
+    from lengthgen.leaderboard import write_leaderboard
 
     out_dir = folder_for_writing(out, "--out")
     rows = _load_rows(results)
