@@ -29,6 +29,7 @@ runner = CliRunner()
 
 TINY_SETTINGS = {"train.steps": 3, "train.batch_size": 8, "train.val_samples": 8, "train.train_length": 6,
                  "arch.d_model": 32, "arch.d_ff": 64, "eval.max_factor": 2, "eval.samples": 4}
+COPY = ["--task", "copy", "--attn", "softmax"]
 TINY_FLAGS = ["--steps", "3", "--max-factor", "2", "--eval-samples", "4", "--train-length", "6",
               "--set", "train.batch_size=8", "--set", "train.val_samples=8", "--set", "arch.d_model=32",
               "--set", "arch.d_ff=64", "--quiet"]
@@ -92,7 +93,7 @@ def test_permissions_follow_the_umask(tmp_path: Path, mask: int, mode: int) -> N
 def test_every_output_of_run_sweep_plot_and_leaderboard_is_shared_like_model_pt(tmp_path: Path,
                                                                               umask: None) -> None:
     sweep = tmp_path / "sweep"
-    result = runner.invoke(app, ["sweep", "--task", "copy", "--attn", "softmax", *TINY_FLAGS, "--out", str(sweep)])
+    result = runner.invoke(app, ["sweep", *COPY, *TINY_FLAGS, "--out", str(sweep)])
     assert result.exit_code == 0, result.output
     board = runner.invoke(app, ["leaderboard", str(sweep), "--out", str(tmp_path / "board")])
     plot = runner.invoke(app, ["plot", str(sweep), "--task", "copy", "-o", str(tmp_path / "p.png")])
@@ -119,13 +120,14 @@ def failing_fsync(after: int) -> object:
     return fsync
 
 
-def test_disk_full_during_a_run_is_one_line_and_leaves_no_temporary_file(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_disk_full_during_a_run_is_one_line_and_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # config.json and train_history.json fit; model.pt does not
     monkeypatch.setattr(files.os, "fsync", failing_fsync(after=2))
     monkeypatch.setattr(files, "_sync_folder", lambda folder: None)
     out = tmp_path / "runs"
-    result = runner.invoke(app, ["run", "--task", "copy", "--attn", "softmax", *TINY_FLAGS, "--out", str(out)])
+    result = runner.invoke(app, ["run", *COPY, *TINY_FLAGS, "--out", str(out)])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error: No space left on device: ") and lines[-1].endswith("model.pt")
@@ -138,11 +140,11 @@ def test_disk_full_during_a_run_is_one_line_and_leaves_no_temporary_file(tmp_pat
 def test_disk_full_at_once_leaves_no_empty_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(files.os, "fsync", failing_fsync(after=0))
     out = tmp_path / "new" / "runs"
-    result = runner.invoke(app, ["run", "--task", "copy", "--attn", "softmax", *TINY_FLAGS, "--out", str(out)])
+    result = runner.invoke(app, ["run", *COPY, *TINY_FLAGS, "--out", str(out)])
     assert result.exit_code == 2 and "No space left on device" in result.stderr
     assert not (tmp_path / "new").exists()
     sweep = tmp_path / "sweep"
-    result = runner.invoke(app, ["sweep", "--task", "copy", "--attn", "softmax", *TINY_FLAGS, "--out", str(sweep)])
+    result = runner.invoke(app, ["sweep", *COPY, *TINY_FLAGS, "--out", str(sweep)])
     assert result.exit_code == 2 and "No space left on device" in result.stderr
     assert leftovers(tmp_path) == [] and not (sweep / "data").exists()
 
@@ -160,7 +162,8 @@ def test_disk_full_while_plotting_or_publishing(tmp_path: Path, monkeypatch: pyt
     assert leftovers(tmp_path) == [] and not (tmp_path / "board").exists()
 
 
-def test_a_successful_rerun_removes_a_stale_error_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_successful_rerun_removes_a_stale_error_report(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     config = tiny_config()
 
     def broken_train(*args: object, **kwargs: object) -> None:
@@ -236,7 +239,7 @@ def test_a_really_full_disk(small_disk: Path) -> None:
 
 def test_a_read_only_folder(read_only_disk: Path, tmp_path: Path) -> None:
     for args in (["run", "--task", "copy", "--attn", "softmax", *TINY_FLAGS, "--out", str(read_only_disk)],
-                 ["sweep", "--task", "copy", "--attn", "softmax", *TINY_FLAGS, "--out", str(read_only_disk / "s")],
+                 ["sweep", *COPY, *TINY_FLAGS, "--out", str(read_only_disk / "s")],
                  ["plot", str(tmp_path), "--task", "copy", "-o", str(read_only_disk / "p.png")]):
         done = cli(*args)
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
