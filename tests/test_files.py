@@ -12,6 +12,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -201,26 +202,26 @@ def mount_tmpfs(path: Path, options: str) -> bool:
     return done.returncode == 0
 
 
+@contextmanager
+def tmpfs(path: Path, options: str) -> Iterator[Path]:
+    if not mount_tmpfs(path, options):
+        pytest.skip(f"needs root and tmpfs to mount a file system with {options}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False)
+
+
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "disk"
-    if not mount_tmpfs(disk, "size=48k"):
-        pytest.skip("needs root and tmpfs to make a small file system")
-    try:
+    with tmpfs(tmp_path / "disk", "size=48k") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", str(disk)], check=False)
 
 
 @pytest.fixture
 def read_only_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "ro"
-    if not mount_tmpfs(disk, "size=64k,ro"):
-        pytest.skip("needs root and tmpfs to make a read-only file system")
-    try:
+    with tmpfs(tmp_path / "ro", "size=64k,ro") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", str(disk)], check=False)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
