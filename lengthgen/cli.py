@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from typer.core import TyperGroup
 
 from lengthgen.errors import UserError, UserNotice
+from lengthgen.files import new_folder
 
 try:  # recent typer runs on its own copy of click: its exceptions are the ones raised here
     from typer import _click as click
@@ -462,7 +463,6 @@ def leaderboard_command(
     hardware: str | None = typer.Option(None, "--hardware", help="Hardware note for the README."),
 ) -> None:
     """Tables (mean and 95% CI over seeds, effective length, paper numbers) and plots from results."""
-    from lengthgen.files import new_folder
     from lengthgen.leaderboard import write_leaderboard
 
     out_dir = folder_for_writing(out, "--out")
@@ -496,7 +496,8 @@ def plot_command(
         raise UserError(f"no ok results for task {task_name!r} under {results!r}; "
                         f"tasks with results: {', '.join(tasks) or '(none)'}")
     draw = plot_exact_match if kind is PlotKind.exact else plot_dispersion
-    typer.echo(str(draw(rows, task_name, target)))
+    with new_folder(target.parent):
+        typer.echo(str(draw(rows, task_name, target)))
 
 
 def main() -> None:

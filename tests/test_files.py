@@ -155,9 +155,9 @@ def test_disk_full_while_plotting_or_publishing(tmp_path: Path, monkeypatch: pyt
     assert runner.invoke(app, ["sweep", "--task", "copy", "--attn", "softmax", *TINY_FLAGS,
                                "--out", str(sweep)]).exit_code == 0
     monkeypatch.setattr(files.os, "fsync", failing_fsync(after=0))
-    plot = runner.invoke(app, ["plot", str(sweep), "--task", "copy", "-o", str(tmp_path / "p.png")])
+    plot = runner.invoke(app, ["plot", str(sweep), "--task", "copy", "-o", str(tmp_path / "figs" / "p.png")])
     assert plot.exit_code == 2 and plot.stderr.startswith("error: No space left on device")
-    assert not (tmp_path / "p.png").exists()  # no 0-byte figure
+    assert not (tmp_path / "figs").exists()  # no 0-byte figure, no empty folder
     board = runner.invoke(app, ["leaderboard", str(sweep), "--out", str(tmp_path / "board")])
     assert board.exit_code == 2 and len(board.stderr.strip().splitlines()) == 1
     assert leftovers(tmp_path) == [] and not (tmp_path / "board").exists()
