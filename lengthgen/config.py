@@ -365,7 +365,10 @@ def build_run_config(
                             f"{', '.join(valid_options) or '(none)'}")
     try:
         options = backend.Options(**(attn_options or {})).model_dump(mode="json")
-        check_finite(options, "attention option")
+    except ValidationError as exc:
+        raise UserError(validation_message(exc, f"invalid options of attention backend {attn!r}")) from None
+    check_finite(options, "attention option")
+    try:
         config = RunConfig(
             task=task if ":" in task else task_obj.name, task_params=params, attn=attn,
             attn_options=options, pos=pos, preset=preset, seed=seed,
