@@ -17,12 +17,25 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import click
 import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
 
 from lengthgen.errors import UserError, UserNotice
+from lengthgen.files import new_folder
+
+try:  # recent typer runs on its own copy of click: its exceptions are the ones raised here
+    from typer import _click as click
+except ImportError:  # older typer uses click itself
+    import click  # type: ignore[no-redef]
+
+
+class _NeverRaised(Exception):
+    pass
+
+
+#: click ≥ 8.2 shows the help of a bare command through this exception
+_NoArgsIsHelp: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", _NeverRaised)
 
 
 def one_line(text: str) -> str:
@@ -38,7 +51,7 @@ def error_message(exc: BaseException) -> str | None:
     if isinstance(exc, ValidationError):
         return validation_message(exc, "invalid parameters")
     if isinstance(exc, click.ClickException):
-        return exc.format_message()
+        return exc.format_message().replace("Value error, ", "")
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or type(exc).__name__}{where}"
@@ -54,10 +67,10 @@ class OneLineErrors(TyperGroup):
             result = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
                                   standalone_mode=False, **extra)
             code = result if isinstance(result, int) else 0
-        except click.exceptions.NoArgsIsHelpError as exc:  # bare `lengthgen`: the help text
+        except _NoArgsIsHelp as exc:  # bare `lengthgen`: the help text
             exc.show()
             code = exc.exit_code
-        except click.exceptions.Abort:
+        except typer.Abort:
             typer.echo("aborted", err=True)
             code = 1
         except (UserError, ValidationError, click.ClickException, OSError) as exc:
@@ -462,7 +475,9 @@ def leaderboard_command(
 
     out_dir = folder_for_writing(out, "--out")
     rows = _load_rows(results)
-    written = write_leaderboard(rows, out_dir, title=title, source=results, hardware=hardware, commit=commit)
+    with new_folder(out_dir):
+        written = write_leaderboard(rows, out_dir, title=title, source=results, hardware=hardware,
+                                    commit=commit)
     for path in written:
         typer.echo(str(path))
 
@@ -493,7 +508,8 @@ def plot_command(
         raise UserError(f"no ok results for task {task_name!r} under {results!r}; "
                         f"tasks with results: {', '.join(tasks) or '(none)'}")
     draw = plot_exact_match if kind is PlotKind.exact else plot_dispersion
-    typer.echo(str(draw(rows, task_name, target)))
+    with new_folder(target.parent):
+        typer.echo(str(draw(rows, task_name, target)))
 
 
 def main() -> None:

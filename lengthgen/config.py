@@ -307,7 +307,8 @@ def check_finite(values: Mapping[str, Any], what: str) -> None:
 def validation_message(exc: ValidationError, prefix: str = "invalid settings") -> str:
     """A pydantic error in one line: ``prefix: field.path: message; …``."""
     problems = "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg']}" for err in exc.errors()
+        f"{'.'.join(str(p) for p in err['loc']) or 'value'}: {err['msg'].removeprefix('Value error, ')}"
+        for err in exc.errors()
     )
     return f"{prefix}: {problems}"
 
@@ -359,9 +360,17 @@ def build_run_config(
         raise UserError(validation_message(exc, f"invalid parameters of task {task!r}")) from None
     backend = ATTENTION.get(attn)
     get_position_scheme(pos)
+    valid_options = list(backend.Options.model_fields)
+    for key in attn_options or {}:
+        if key not in valid_options:
+            raise UserError(f"unknown attention option {key!r} of {attn!r}; valid options: "
+                            f"{', '.join(valid_options) or '(none)'}")
     try:
         options = backend.Options(**(attn_options or {})).model_dump(mode="json")
-        check_finite(options, "attention option")
+    except ValidationError as exc:
+        raise UserError(validation_message(exc, f"invalid options of attention backend {attn!r}")) from None
+    check_finite(options, "attention option")
+    try:
         config = RunConfig(
             task=task if ":" in task else task_obj.name, task_params=params, attn=attn,
             attn_options=options, pos=pos, preset=preset, seed=seed,

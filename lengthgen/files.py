@@ -47,6 +47,11 @@ def atomic_write(path: str | os.PathLike[str], data: Payload) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename in (None, str(tmp)):  # name the file the user asked for, not the temporary
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

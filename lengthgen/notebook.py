@@ -4,9 +4,10 @@ rows (the columns of ``results.parquet``, see the README).
 
 They are the command line's commands as functions: the same ``build_run_config``, the same run
 folders and sweep folders, the same one-line :class:`~lengthgen.errors.UserError` for bad input.
-Settings are keyword arguments: the dedicated ones (``steps``, ``max_factor``, ``train_length``,
-``eval_samples``, ``selection``) by name, any other config field by its dotted name through a
-dict, e.g. ``lengthgen.run(task="copy", attn="softmax", steps=200, **{"arch.d_model": 64})``.
+Settings are keyword arguments: ``pos``, ``preset``, ``seed``, ``task_params``, ``attn_options``,
+the dedicated ones (``steps``, ``max_factor``, ``train_length``, ``eval_samples``, ``selection``)
+by name, any other config field by its dotted name through a dict, e.g.
+``lengthgen.run(task="copy", attn="softmax", seed=1, steps=200, **{"arch.d_model": 64})``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from lengthgen.config import FLAG_NAMES, build_run_config, combine_overrides, flag_overrides
+from lengthgen.config import FLAG_NAMES, RunConfig, build_run_config, combine_overrides, flag_overrides
 from lengthgen.errors import UserError
 
 
@@ -36,31 +37,36 @@ def _names(value: str | Sequence[str]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+#: Keywords of ``build_run_config`` that the functions pass on by name (the rest are overrides).
+CONFIG_KEYWORDS: tuple[str, ...] = ("pos", "preset", "seed", "task_params", "attn_options")
+
+
+def _config(task: str, attn: str, settings: dict[str, Any]) -> RunConfig:
+    named = {key: settings.pop(key) for key in CONFIG_KEYWORDS if key in settings}
+    return build_run_config(task, attn, **named, overrides=_settings(settings))
+
+
 def run(
     task: str,
     attn: str,
     *,
-    pos: str = "nape",
-    preset: str = "quick",
-    seed: int = 0,
-    task_params: Mapping[str, Any] | None = None,
-    attn_options: Mapping[str, Any] | None = None,
     out: str | os.PathLike[str] = "runs",
     device: str = "auto",
     log: str | None = None,
     progress: bool = False,
-    **overrides: Any,
+    **settings: Any,
 ) -> pd.DataFrame:
     """Train and evaluate one run, like ``lengthgen run``; returns its rows (one per length).
 
-    The run folder ``out/<run_id>/`` is written as by the command line. A run that fails
-    (diverged, out of memory) returns its ``failed`` row rather than raising.
+    ``settings``: ``pos``, ``preset``, ``seed``, ``task_params``, ``attn_options`` (as for
+    ``lengthgen.config.build_run_config``, with its defaults), the dedicated settings and dotted
+    config fields. The run folder ``out/<run_id>/`` is written as by the command line. A run that
+    fails (diverged, out of memory) returns its ``failed`` row rather than raising.
     """
     from lengthgen.harness.run import execute
     from lengthgen.harness.tracking import check_tracker
 
-    config = build_run_config(task, attn, pos=pos, preset=preset, seed=seed, task_params=task_params,
-                              attn_options=attn_options, overrides=_settings(overrides))
+    config = _config(task, attn, dict(settings))
     check_tracker(log)
     return execute(config, out, device_name=device, progress=progress, log=log)
 

@@ -2,7 +2,7 @@
 
 Only the rows whose next-token prediction is scored (the union of the loss masks over the batch)
 are computed by the last layer. Exact match by teacher forcing: every scored prediction right
-given the true prefix ⇔ greedy decoding reproduces the target (design.md §3).
+given the true prefix ⇔ greedy decoding reproduces the target (see ``docs/design.md``).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from lengthgen.files import atomic_write, new_folder
 from lengthgen.harness.evaluate import LengthResult, evaluate_length
 from lengthgen.harness.plots import plot_accuracy_vs_length
 from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
-from lengthgen.harness.tracking import EVAL_FIELDS, Tracker, open_tracker
+from lengthgen.harness.tracking import EVAL_FIELDS, open_tracker
 from lengthgen.harness.train import TrainResult, train
 from lengthgen.model import Transformer
 from lengthgen.tasks import get_task
@@ -138,9 +138,8 @@ def _train_and_evaluate(
     torch.manual_seed(config.seed)  # only for anything a plugin draws from the global RNG
     rows: list[dict[str, Any]] = []
     trained: TrainResult | None = None
-    tracker: Tracker = Tracker()
+    tracker = open_tracker(log, run_dir, base["run_id"], config.model_dump(mode="json"))
     try:
-        tracker = open_tracker(log, run_dir, base["run_id"], config.model_dump(mode="json"))
         task, model = build(config)
         model.to(device)
         base["params"] = model.num_parameters()

@@ -10,9 +10,10 @@ What is logged, under the same names for both:
 - ``train/loss``, ``train/lr`` against the training step (every 10 steps and the last);
 - ``val/<metric>`` (e.g. ``val/exact_match``) at every validation, against the step;
 - ``eval/exact_match``, ``eval/exact_match_lo``, ``eval/exact_match_hi``, ``eval/token_accuracy``,
-  ``eval/attn_entropy``, ``eval/attn_support`` against the evaluation length (in W&B also
-  ``eval/factor``); an evaluation variant (``--param`` of ``lengthgen eval``) gets its own prefix,
-  e.g. ``eval[eval_variant=sparse]/exact_match``.
+  ``eval/attn_entropy``, ``eval/attn_support`` against the evaluation length (in W&B the x
+  axis is the metric ``length``, and ``eval/factor`` is logged too). Rows of an evaluation
+  variant (``lengthgen eval --param``) get their own prefix, e.g.
+  ``eval[eval_variant=sparse]/exact_match``.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class TensorBoardTracker(Tracker):
 
 class WandbTracker(Tracker):
     """One W&B run per lengthgen run. Training metrics use ``train/step`` as their x axis and
-    evaluation metrics ``eval/length``, so the two never fight over W&B's monotonic step."""
+    evaluation metrics ``length``, so the two never fight over W&B's monotonic step."""
 
     def __init__(self, run_dir: Path, run_id: str, config: Mapping[str, Any]) -> None:
         import os
@@ -102,8 +103,8 @@ class WandbTracker(Tracker):
         self.run.define_metric("train/step")
         self.run.define_metric("train/*", step_metric="train/step")
         self.run.define_metric("val/*", step_metric="train/step")
-        self.run.define_metric("eval*/length")
-        self.run.define_metric("eval*", step_metric="eval/length")
+        self.run.define_metric("length")
+        self.run.define_metric("eval*", step_metric="length")
 
     def train_step(self, step: int, loss: float, lr: float) -> None:
         self.run.log({"train/step": step, "train/loss": loss, "train/lr": lr})
@@ -113,7 +114,7 @@ class WandbTracker(Tracker):
 
     def length(self, length: int, factor: int, metrics: Mapping[str, float], variant: str = "") -> None:
         prefix = eval_prefix(variant)
-        self.run.log({"eval/length": length, "eval/factor": factor,
+        self.run.log({"length": length, f"{prefix}/factor": factor,
                       **{f"{prefix}/{k}": v for k, v in metrics.items()}})
 
     def close(self) -> None:
@@ -121,10 +122,18 @@ class WandbTracker(Tracker):
 
 
 def open_tracker(name: str | None, run_dir: Path, run_id: str, config: Mapping[str, Any]) -> Tracker:
-    """The tracker ``name`` for one run (the no-op :class:`Tracker` when ``name`` is None)."""
+    """The tracker ``name`` for one run (the no-op :class:`Tracker` when ``name`` is None).
+
+    A tracker that cannot start (W&B online without a login, say) is a one-line ``UserError``.
+    """
     check_tracker(name)
-    if name == "tensorboard":
-        return TensorBoardTracker(run_dir / "tensorboard")
-    if name == "wandb":
-        return WandbTracker(run_dir, run_id, config)
+    try:
+        if name == "tensorboard":
+            return TensorBoardTracker(run_dir / "tensorboard")
+        if name == "wandb":
+            return WandbTracker(run_dir, run_id, config)
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        raise UserError(f"--log {name} could not start ({detail}); for W&B without an account, "
+                        "set WANDB_MODE=offline") from None
     return Tracker()

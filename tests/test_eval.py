@@ -1,0 +1,145 @@
+"""``lengthgen eval``: a saved model evaluated at more lengths or on a task variant, rows merged
+into its results without duplicates, a whole sweep folder extended, the leaderboard showing it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from lengthgen.cli import app
+from lengthgen.config import build_run_config
+from lengthgen.harness.reevaluate import merge_rows
+from lengthgen.harness.results import rows_to_frame
+from lengthgen.harness.run import execute
+
+runner = CliRunner()
+TINY = {"train.steps": 30, "train.batch_size": 16, "train.val_samples": 16, "train.val_every": 15,
+        "train.train_length": 6, "arch.d_model": 32, "arch.d_ff": 64, "eval.samples": 16,
+        "eval.min_samples": 8}
+METRICS = ["eval_length", "n_samples", "exact_match", "exact_match_lo", "exact_match_hi", "token_accuracy",
+           "attn_entropy", "attn_support"]
+
+
+def tiny(task: str, max_factor: int, **params: object):
+    return build_run_config(task, "asentmax", task_params=params or None,
+                            overrides={**TINY, "eval.max_factor": max_factor})
+
+
+def evaluate(*args: str) -> object:
+    return runner.invoke(app, ["eval", *args, "--quiet"])
+
+
+def test_a_later_length_is_the_row_a_longer_run_writes(tmp_path: Path) -> None:
+    short = execute(tiny("max_retrieval", 2), tmp_path / "short", progress=False)
+    longer = execute(tiny("max_retrieval", 8), tmp_path / "long", progress=False)
+    run_dir = tmp_path / "short" / short["run_id"].iloc[0]
+    result = evaluate(str(run_dir), "--max-factor", "8")
+    assert result.exit_code == 0, result.output
+    assert "2 of 4 lengths to evaluate" in result.stderr
+    rows = pd.read_parquet(run_dir / "results.parquet")
+    assert list(rows["factor"]) == [1, 2, 4, 8] and (rows["status"] == "ok").all()
+    # the model and the protocol are the same: the extension equals the run that went to 8x
+    pd.testing.assert_frame_equal(rows[METRICS].reset_index(drop=True),
+                                  longer[METRICS].reset_index(drop=True), check_dtype=False)
+    # the new rows keep the identity of the trained run, and say they are the training task
+    assert set(rows["run_id"]) == {run_dir.name} and rows["config_json"].nunique() == 1
+    assert set(rows["eval_variant"]) == {""}
+    # again: nothing to do; --redo replaces rows, never adds any
+    again = evaluate(str(run_dir), "--max-factor", "8")
+    assert again.exit_code == 0 and "0 of 4 lengths" in again.stderr
+    redo = evaluate(str(run_dir), "--max-factor", "4", "--redo", "--eval-samples", "8")
+    assert redo.exit_code == 0, redo.output
+    after = pd.read_parquet(run_dir / "results.parquet")
+    assert list(after["factor"]) == [1, 2, 4, 8] and list(after["n_samples"]) == [8, 8, 8, 16]
+
+
+def test_a_task_variant_gets_rows_of_its_own(tmp_path: Path) -> None:
+    frame = execute(tiny("flip_flop", 2), tmp_path, progress=False)
+    run_dir = tmp_path / frame["run_id"].iloc[0]
+    result = evaluate(str(run_dir), "--param", "eval_variant=sparse")
+    assert result.exit_code == 0, result.output
+    rows = pd.read_parquet(run_dir / "results.parquet")
+    assert list(zip(rows["eval_variant"], rows["factor"], strict=True)) == [
+        ("", 1), ("", 2), ("eval_variant=sparse", 1), ("eval_variant=sparse", 2)]
+    # naming the training configuration is no variant: nothing to evaluate
+    same = evaluate(str(run_dir), "--param", "eval_variant=same")
+    assert same.exit_code == 0 and "0 of 2 lengths" in same.stderr
+    board = runner.invoke(app, ["leaderboard", str(run_dir), "--out", str(tmp_path / "board")])
+    assert board.exit_code == 0, board.output
+    readme = (tmp_path / "board" / "README.md").read_text()
+    assert "eval_variant=sparse]** | nape | 1 |" in readme
+    csv = pd.read_csv(tmp_path / "board" / "leaderboard.csv")
+    assert csv[csv["source"] == "measured"]["method"].nunique() == 2
+
+
+def test_a_sweep_folder_is_extended_run_by_run(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    flags = ["--steps", "20", "--max-factor", "2", "--train-length", "16", "--eval-samples", "8",
+             "--set", "train.batch_size=16", "--set", "train.val_samples=16", "--set", "arch.d_model=32",
+             "--set", "arch.d_ff=64", "--quiet"]
+    made = runner.invoke(app, ["sweep", "--task", "mqmtar", "--attn", "softmax,asentmax", *flags,
+                               "--out", str(sweep)])
+    assert made.exit_code == 0, made.output
+    extended = evaluate(str(sweep), "--max-factor", "8")
+    assert extended.exit_code == 0, extended.output
+    assert extended.stderr.count("2 of 4 lengths to evaluate") == 2
+    for data in sorted((sweep / "data").glob("*.parquet")):
+        rows = pd.read_parquet(data)
+        assert list(rows["factor"]) == [1, 2, 4, 8], data.name
+        run_rows = pd.read_parquet(sweep / "runs" / data.stem / "results.parquet")
+        pd.testing.assert_frame_equal(rows, run_rows)
+    board = runner.invoke(app, ["leaderboard", str(sweep), "--out", str(tmp_path / "board")])
+    assert board.exit_code == 0, board.output
+    header = next(line for line in (tmp_path / "board" / "README.md").read_text().splitlines()
+                  if line.startswith("| backend |"))
+    assert "| 4× | 8× |" in header
+    # the sweep still considers every run done
+    resumed = runner.invoke(app, ["sweep", "--task", "mqmtar", "--attn", "softmax,asentmax", *flags,
+                                  "--out", str(sweep)])
+    assert "0 ok, 0 failed this time; 2 already recorded" in resumed.output
+
+
+def test_merge_replaces_rows_of_the_same_run_length_and_variant() -> None:
+    def rows(*cells: tuple[int, str, float]) -> pd.DataFrame:
+        return rows_to_frame([{"run_id": "r", "factor": f, "eval_length": 4 * f, "eval_variant": v,
+                               "exact_match": e, "status": "ok"} for f, v, e in cells])
+
+    old = pd.concat([rows((1, "", 0.9), (2, "", 0.5), (1, "x=1", 0.1)),
+                     rows_to_frame([{"run_id": "r", "status": "failed", "error": "OOM"}])], ignore_index=True)
+    merged = merge_rows(old, rows((2, "", 0.6), (4, "", 0.2)))
+    cells = list(zip(merged["eval_variant"], merged["factor"], merged["exact_match"], strict=True))
+    assert cells[:3] + cells[4:] == [("", 1, 0.9), ("", 2, 0.6), ("", 4, 0.2), ("x=1", 1, 0.1)]
+    assert list(merged["status"]) == ["ok"] * 3 + ["failed", "ok"]  # variant by variant, failures last
+
+
+@pytest.mark.parametrize(
+    ("make", "args", "expected"),
+    [
+        ("nothing", [], "is not a folder"),
+        ("empty", [], "neither a run folder"),
+        ("no model", [], "has no model.pt"),
+        ("run", ["--max-factor", "6"], "power of two"),
+        ("run", ["--param", "vocab_size=8"], "changes the task's vocabulary"),
+        ("run", ["--param", "bogus=1"], "invalid parameters of task 'copy'"),
+    ],
+)
+def test_eval_refuses(tmp_path: Path, make: str, args: list[str], expected: str) -> None:
+    target = tmp_path / "target"
+    if make == "empty":
+        target.mkdir()
+    elif make in ("no model", "run"):
+        frame = execute(build_run_config("copy", "softmax", overrides={**TINY, "train.steps": 2,
+                                                                         "eval.max_factor": 1}),
+                        tmp_path, progress=False)
+        target = tmp_path / frame["run_id"].iloc[0]
+        if make == "no model":
+            (target / "model.pt").unlink()
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    result = evaluate(str(target), *args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
