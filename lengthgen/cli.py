@@ -499,9 +499,9 @@ def plot_command(
     and support."""
     from lengthgen.leaderboard import plot_dispersion, plot_exact_match
 
-    if Path(output).suffix.lower() not in (".svg", ".png"):
-        raise UserError(f"bad -o {output!r}: the file name must end in .svg or .png")
     target = file_for_writing(output, "-o")
+    if target.suffix.lower() not in (".svg", ".png"):
+        raise UserError(f"bad -o {output!r}: the file name must end in .svg or .png")
     rows = _load_rows(results)
     tasks = sorted(rows.loc[rows["status"] == "ok", "task"].dropna().unique())
     if task_name not in tasks:

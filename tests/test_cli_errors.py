@@ -216,7 +216,8 @@ def test_bad_results_files_are_skipped_by_name(tmp_path: Path) -> None:
     messages = [str(w.message) for w in caught]
     for path in bad.values():
         assert sum(str(path) in m for m in messages) == 1, (path, messages)
-    assert "| **softmax** | nape | 1 |" in (tmp_path / "board" / "README.md").read_text()
+    lines = (tmp_path / "board" / "README.md").read_text().splitlines()
+    assert any(line.startswith("| softmax | nape | ") for line in lines)
     with pytest.warns(UserNotice):
         plot = runner.invoke(app, ["plot", str(tmp_path / "results"), "--task", "copy", "-o",
                                    str(tmp_path / "p.png")])
