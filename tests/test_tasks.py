@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from lengthgen.limits import MAX_SEED
 from lengthgen.tasks import TASKS, Task, TaskInputError, get_task
 
 BUILTINS = ["copy", "sort", "reverse", "max_retrieval", "mqmtar", "flip_flop"]
@@ -225,7 +226,7 @@ def test_checker_configs(name: str, params: dict[str, Any], length: int) -> None
 @given(
     name=st.sampled_from(BUILTINS),
     length=st.integers(1, 300),
-    seed=st.integers(0, 2**32),
+    seed=st.integers(0, MAX_SEED),
     n=st.integers(1, 4),
     split=st.sampled_from(["train", "eval"]),
 )
