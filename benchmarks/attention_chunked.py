@@ -22,7 +22,7 @@ import torch
 from lengthgen.attention import backend as backend_module
 from lengthgen.attention.backend import LayerSpec
 from lengthgen.attention.positions import get_position_scheme
-from lengthgen.baselines.softmax import Softmax
+from lengthgen.attention.softmax_family import Softmax
 
 
 def timed(backend: Softmax, inputs: tuple[torch.Tensor, ...], min_rows: int) -> tuple[float, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""CPU attention benchmark: exact α-entmax attention vs dense softmax (issue 4).
+"""CPU attention benchmark: exact α-entmax attention vs dense softmax.
 
 Side by side, per sequence length N and score regime: torch SDPA softmax (causal), our
 ``entmax_attention`` fused path, the chunked torch path, and the ``entmax`` package

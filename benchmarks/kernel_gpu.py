@@ -1,4 +1,4 @@
-"""Single-GPU check and benchmark of the fused Triton α-entmax attention kernel (issue 5).
+"""Single-GPU check and benchmark of the fused Triton α-entmax attention kernel.
 
 Run from the repository root on one CUDA GPU (sized for an H200, finishes in well under 8 minutes):
 

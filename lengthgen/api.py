@@ -67,10 +67,10 @@ from lengthgen.attention.backend import (
     AttentionStats,
     BackendOptions,
     LayerSpec,
-    log_visible,
     row_diagnostics,
     score_block,
 )
+from lengthgen.functional.positions import log_visible
 from lengthgen.registry import PluginLoadError, PluginWarning, RegistryError, UnknownNameError
 from lengthgen.tasks import TASKS, get_task, register_task
 from lengthgen.tasks.base import Task, TaskBatch, TaskConfig, TaskInputError, Vocab, seq2seq_view

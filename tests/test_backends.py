@@ -1,4 +1,4 @@
-"""Backends against their definitions (design.md §2): scales, temperature, positions, paths."""
+"""Backends against their definitions: scales, temperature, positions, paths."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from lengthgen.attention import ATTENTION
 from lengthgen.attention import backend as backend_module
 from lengthgen.attention.backend import AttentionStats, LayerSpec
 from lengthgen.attention.positions import POSITION_SCHEMES, alibi_slopes, apply_rope
-from lengthgen.baselines.adaptive_temperature import POLY_COEFFS, adaptive_theta
+from lengthgen.functional.temperature import POLY_COEFFS, adaptive_theta
 from lengthgen.model import ModelConfig, Transformer
 
 SOFTMAX_FAMILY = ["softmax", "ssmax", "adaptive_temperature", "topk"]

@@ -229,8 +229,3 @@ class AttentionBackend(nn.Module, ABC):
 
     def extra_repr(self) -> str:
         return f"{self.name}, {self.options!r}"
-
-
-def log_visible(q_pos: torch.Tensor) -> torch.Tensor:
-    """log n_i with n_i = i + 2 (visible keys + 1, so position 0 is not scaled to zero)."""
-    return torch.log(q_pos.to(torch.float32) + 2.0)

@@ -1,6 +1,6 @@
 """Triton kernels for causal α-entmax attention (imported lazily: this module needs triton).
 
-Notation (design.md §2): z_ij = scale·<q_i, k_j> − slope_h·(i − j), z' = (α − 1)·z,
+Notation: z_ij = scale·<q_i, k_j> − slope_h·(i − j), z' = (α − 1)·z,
 x_ij = z'_ij − τ_i, k = 1/(α − 1), p_ij = [x_ij]_+^k, u_ij = p_ij^(2−α) ∝ [x_ij]_+^(k−1).
 
 All kernels recompute z' tile by tile from q and k, so nothing of size N×N is ever stored except a

@@ -1,4 +1,4 @@
-"""Fast exact α-entmax attention on CPU: BLAS score blocks + a numba row kernel (issue 4).
+"""Fast exact α-entmax attention on CPU: BLAS score blocks + a numba row kernel.
 
 Why this split. The one expensive thing is QKᵀ (2·D flops per visible pair); everything else is
 linear in the number of candidate keys. The best QKᵀ a CPU can do is a BLAS sgemm, which torch

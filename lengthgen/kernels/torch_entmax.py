@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lengthgen.attention.entmax import entmax, entmax_forward, entmax_threshold
+from lengthgen.functional.entmax import entmax, entmax_forward, entmax_threshold
 from lengthgen.kernels.common import AttnProblem, row_stats, visible_counts
 
 __all__ = ["materialized_entmax_attention", "chunked_entmax_attention"]

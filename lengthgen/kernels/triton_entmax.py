@@ -2,7 +2,7 @@
 
 `triton_entmax_attention(q, k, v, alpha, causal, alibi_slopes, scale)` computes, per head h and query i,
 z_ij = scale·<q_i, k_j> − slope_h·(i − j) over the visible keys (j ≤ i when causal), p_i = α-entmax(z_i)
-(design.md §2) and o_i = Σ_j p_ij v_j. The kernels live in `_triton_entmax_kernels` and are imported on
+and o_i = Σ_j p_ij v_j. The kernels live in `_triton_entmax_kernels` and are imported on
 first call, so importing this module never needs triton; calling it without triton raises RuntimeError.
 
 Forward: one program per (query block, batch·head) makes one pass over the keys for the row max, a
