@@ -1,21 +1,19 @@
 """The α-entmax family: fixed-α entmax, sparsemax (α = 2) and ASEntmax (a learned, length-aware
 query scale s = δ + β(log n)^γ). Exact zeros, focused attention.
 
-Every one of them runs through ``lengthgen.kernels.entmax_attention``, the single seam where the
-fused CPU kernel, the chunked exact path and the Triton kernel are chosen; a query scale, if any,
-is folded into q before the call.
+The engine (``lengthgen.kernels.engine``) runs them on the fused CPU kernel, the Triton kernel on
+CUDA or the chunked exact path; a query scale, if any, is folded into q before the call.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from pydantic import Field
 
-from lengthgen.attention.backend import AttentionBackend, AttentionStats, BackendOptions, LayerSpec
+from lengthgen.attention.backend import AttentionBackend, BackendOptions, LayerSpec
 from lengthgen.functional.entmax import entmax
 from lengthgen.functional.scales import AdaptiveScale
+from lengthgen.kernels import normalizers
 
 
 class EntmaxOptions(BackendOptions):
@@ -35,31 +33,8 @@ class EntmaxFamilyBackend(AttentionBackend):
     def normalize(self, scores: torch.Tensor) -> torch.Tensor:
         return entmax(scores, alpha=self.alpha, dim=-1)
 
-    def attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        q_pos: torch.Tensor,
-        slopes: torch.Tensor | None,
-        stats: AttentionStats | None,
-    ) -> torch.Tensor:
-        from lengthgen.kernels import entmax_attention
-
-        result = entmax_attention(
-            q, k, v,
-            alpha=self.alpha,
-            causal=True,
-            alibi_slopes=slopes,
-            scale=1.0 / math.sqrt(q.shape[-1]),
-            q_positions=q_pos,
-            return_stats=stats is not None,
-        )
-        if stats is None:
-            return result
-        out, diag = result
-        stats.add(self.spec.layer_index, diag["entropy"], diag["support"])
-        return out
+    def normalizer(self) -> normalizers.Normalizer:
+        return normalizers.Entmax(self.alpha)
 
 
 class Entmax(EntmaxFamilyBackend):

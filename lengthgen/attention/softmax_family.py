@@ -1,6 +1,8 @@
 """The softmax family: softmax, Scalable-Softmax, adaptive-temperature softmax and top-k softmax.
 
-Each backend is a normalizer (and perhaps a query scale); ``lengthgen.kernels.engine`` runs it.
+Each backend names its normalizer (``lengthgen.kernels.normalizers``; the definitions are in
+``lengthgen.functional.normalizers``) and perhaps a query scale; ``lengthgen.kernels.engine`` runs
+it, on the fused softmax kernels where it can.
 """
 
 from __future__ import annotations
@@ -10,15 +12,18 @@ from pydantic import Field
 
 from lengthgen.attention.backend import AttentionBackend, BackendOptions, LayerSpec
 from lengthgen.functional.scales import SSMaxScale
-from lengthgen.functional.temperature import adaptive_theta
+from lengthgen.kernels import normalizers
 
 
 class Softmax(AttentionBackend):
     name = "softmax"
     description = "standard softmax attention (disperses as length grows)"
 
+    def normalizer(self) -> normalizers.Normalizer:
+        return normalizers.Softmax()
+
     def normalize(self, scores: torch.Tensor) -> torch.Tensor:
-        return torch.softmax(scores.float(), dim=-1).to(scores.dtype)
+        return self.normalizer().probs(scores).to(scores.dtype)
 
 
 class SSMax(Softmax):
@@ -50,11 +55,13 @@ class AdaptiveTemperature(AttentionBackend):
     Options = AdaptiveTemperatureOptions
     options: AdaptiveTemperatureOptions
 
-    def normalize(self, scores: torch.Tensor) -> torch.Tensor:
+    def normalizer(self) -> normalizers.Normalizer:
         if self.training and not self.options.apply_in_training:
-            return torch.softmax(scores.float(), dim=-1).to(scores.dtype)
-        theta = adaptive_theta(scores)
-        return torch.softmax(scores.float() * theta, dim=-1).to(scores.dtype)
+            return normalizers.Softmax()
+        return normalizers.AdaptiveTemperature()
+
+    def normalize(self, scores: torch.Tensor) -> torch.Tensor:
+        return self.normalizer().probs(scores).to(scores.dtype)
 
 
 class TopKOptions(BackendOptions):
@@ -69,11 +76,11 @@ class TopK(AttentionBackend):
     Options = TopKOptions
     options: TopKOptions
 
+    def normalizer(self) -> normalizers.Normalizer:
+        return normalizers.TopK(self.options.k)
+
     def normalize(self, scores: torch.Tensor) -> torch.Tensor:
-        k = min(self.options.k, scores.shape[-1])
-        kth = torch.topk(scores.float(), k, dim=-1).values[..., -1:]
-        kept = scores.float().masked_fill(scores.float() < kth, float("-inf"))
-        return torch.softmax(kept, dim=-1).to(scores.dtype)
+        return self.normalizer().probs(scores).to(scores.dtype)
 
 
 #: Registered by ``lengthgen.attention`` under their ``name``.

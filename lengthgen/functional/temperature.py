@@ -31,7 +31,8 @@ def theta_from_entropy(entropy: torch.Tensor) -> torch.Tensor:
 def adaptive_theta(scores: torch.Tensor) -> torch.Tensor:
     """Inverse temperature θ per row (…, 1) from the entropy of softmax(scores)."""
     with torch.no_grad():
-        logp = torch.log_softmax(scores.float(), dim=-1)
+        z = scores.double() if scores.dtype == torch.float64 else scores.float()
+        logp = torch.log_softmax(z, dim=-1)
         p = logp.exp()
         entropy = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1, keepdim=True)
         return theta_from_entropy(entropy)

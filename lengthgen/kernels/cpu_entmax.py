@@ -25,14 +25,16 @@ first; one thread per torch intra-op thread.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from lengthgen.kernels.common import AttnProblem, visible_counts
+from lengthgen.kernels import chunking
+from lengthgen.kernels.cpu_blocks import as_f32, run_blocks
+from lengthgen.kernels.normalizers import Entmax, Normalizer, alpha_per_head
+from lengthgen.kernels.problem import AttnProblem
 
 __all__ = ["fused_available", "fused_entmax_attention"]
 
@@ -265,7 +267,7 @@ if numba is not None:
         return hs
 
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
-    def _task(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, group, stats, task):  # noqa: ANN001, ANN202, E501
+    def _task(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, group, want, task):  # noqa: ANN001, ANN202, E501
         """Rows g·group … of one batch·head; returns how many rows took the dense path.
 
         Dense rows (more than ``cap`` candidates) get their normalized probabilities written over
@@ -291,6 +293,7 @@ if numba is not None:
         acc = np.empty(D, np.float64)
         n_dense = 0
         for r in range(g * group, min(R, g * group + group)):
+            stats = want[r]
             s = S[bh, r]
             n = nvis[r]
             ms, nc = _chunk_max(s, n, sl, pos[r], cm)
@@ -348,11 +351,12 @@ if numba is not None:
         return n_dense
 
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
-    def rows_kernel(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, stats):  # noqa: ANN001, ANN202, E501
+    def rows_kernel(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, want):  # noqa: ANN001, ANN202, E501
         """One block of scores S (BH, R, L) into out/ent/sup rows row0 …; returns #dense rows.
 
         Key t of S and V is key j0 + t of the sequence for a window start j0 the caller chose:
         ``pos`` and ``nvis`` are relative to it, ``nstat`` holds the true visible counts (entropy).
+        ``want`` (R,) flags the rows whose entropy and support are wanted (the diagnostic rows).
         Single-threaded and GIL-free: the wrapper runs one block per worker thread.
         """
         BH, R, L = S.shape
@@ -360,7 +364,7 @@ if numba is not None:
         for bh in range(BH):
             n_dense += _task(
                 S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, R,
-                stats, bh,
+                want, bh,
             )
         return n_dense
 
@@ -379,7 +383,8 @@ def _smoke(kernel: Any) -> None:
     ints = np.array([1], np.int64)
     dense = np.zeros((1, 1), np.bool_)
     n = ints + 1
-    kernel(S, V, out, st, st.copy(), dense, 0, ints, n, n, 1, one * 0, one * 2, ints, ints, 4, True)
+    want = np.ones(1, np.bool_)
+    kernel(S, V, out, st, st.copy(), dense, 0, ints, n, n, 1, one * 0, one * 2, ints, ints, 4, want)
     if not abs(float(out[0, 0, 0]) - 1.0) < 1e-6:
         raise RuntimeError(f"fused kernel smoke test gave {out[0, 0, 0]}")
 
@@ -405,82 +410,22 @@ def fused_unavailable_reason() -> str:
     return "" if fused_available() else f"{type(_kernel_error).__name__}: {_kernel_error}"
 
 
-def _head_params(prob: AttnProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    a = prob.alpha.numpy()
-    expo = 1.0 / (a - 1.0)
-    mode = np.where(a == 1.5, MODE_15, np.where(a == 2.0, MODE_2, MODE_GENERAL)).astype(np.int64)
+def _head_params(alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    expo = 1.0 / (alpha - 1.0)
+    mode = np.where(alpha == 1.5, MODE_15, np.where(alpha == 2.0, MODE_2, MODE_GENERAL)).astype(np.int64)
     em1 = expo - 1.0
     em1_int = np.where(np.abs(em1 - np.round(em1)) < 1e-12, np.round(em1), -1).astype(np.int64)
     em1_int = np.where(em1_int > 16, -1, em1_int).astype(np.int64)
     return expo.astype(np.float64), mode, em1_int
 
 
-def _plan_blocks(pos: np.ndarray, Nk: int, causal: bool, block_entries: int) -> list[tuple[int, int, int]]:
-    """Query blocks (r0, rows, kmax) of one head with rows·kmax ≤ block_entries (≥ 1 row each)."""
-    Nq = len(pos)
-    blocks = []
-    r0 = 0
-    while r0 < Nq:
-        # As many rows as fit with this block's visible keys (causal: few keys, many rows early on).
-        k_est = min(Nk, int(pos[r0]) + 1) if causal else Nk
-        rows = max(1, min(Nq - r0, _MAX_BLOCK_ROWS, block_entries // k_est))
-        while True:
-            kmax = min(Nk, int(pos[r0 : r0 + rows].max()) + 1) if causal else Nk
-            if rows * kmax <= block_entries or rows == 1:
-                break
-            rows = max(1, rows // 2)
-        blocks.append((r0, rows, kmax))
-        r0 += rows
-    return blocks
-
-
-def _run_blocks(work: Any, blocks: list[tuple[int, ...]], buf_len: int, threads: int | None) -> int:
-    """Run ``work(*block, buf)`` on worker threads, biggest blocks first; returns the summed results.
-
-    Each worker runs its BLAS call and the (GIL-free) numba kernel single-threaded, so the workers
-    never wait on each other: one shared OpenMP pool would put a barrier in every block, and on a
-    busy machine a descheduled pool thread stalled all the others (measured 5-20× slowdowns).
-    """
-    n_threads = max(1, min(threads or torch.get_num_threads(), len(blocks)))
-    order = sorted(blocks, key=lambda b: -b[-1] * b[-2])
-    if n_threads == 1:
-        buf = torch.empty(buf_len, dtype=torch.float32)
-        return sum(work(*b, buf) for b in order)
-    lock = threading.Lock()
-    queue = iter(order)
-    totals = [0] * n_threads
-    errors: list[BaseException] = []
-
-    def worker(slot: int) -> None:
-        try:
-            torch.set_num_threads(1)  # this thread's OpenMP ICV (and MKL's, restored below)
-            buf = torch.empty(buf_len, dtype=torch.float32)
-            while True:
-                with lock:
-                    b = next(queue, None)
-                if b is None or errors:
-                    return
-                totals[slot] += work(*b, buf)
-        except BaseException as exc:  # re-raised in the caller
-            errors.append(exc)
-
-    saved = torch.get_num_threads()
-    pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n_threads)]
-    try:
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
-    finally:
-        torch.set_num_threads(saved)
-    if errors:
-        raise errors[0]
-    return sum(totals)
-
-
-def _as_f32(t: Tensor) -> np.ndarray:
-    """A float32 numpy view (or copy) of a CPU tensor."""
-    return t.detach().to(torch.float32).numpy()
+def fused_path(
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The engine's ``fused`` path for an ``Entmax`` normalizer."""
+    assert isinstance(normalizer, Entmax)
+    out, entropy, support, _ = fused_entmax_attention(q, k, v, prob, alpha_per_head(normalizer, prob.H), rows)
+    return out, entropy, support
 
 
 @torch.no_grad()
@@ -489,18 +434,18 @@ def fused_entmax_attention(
     k: Tensor,
     v: Tensor,
     prob: AttnProblem,
-    return_stats: bool,
+    alpha: Tensor,
+    rows: Tensor | None,
     *,
     cap: int = 2048,
-    block_entries: int = 1 << 21,
     threads: int | None = None,
 ) -> tuple[Tensor, Tensor | None, Tensor | None, int]:
     """Exact α-entmax attention on CPU; returns (out, entropy, support, dense_rows).
 
-    ``dense_rows`` counts (batch·head, row) pairs whose candidates exceeded ``cap`` and took the
-    dense path (a test hook). ``block_entries``: score floats per (head, query block), one such
-    buffer per thread. ``threads``:
-    worker threads (default: torch's intra-op thread count).
+    ``alpha`` (H,) float64; ``rows``: the diagnostic rows (or None). ``dense_rows`` counts
+    (batch·head, row) pairs whose candidates exceeded ``cap`` and took the dense path (a test
+    hook). Query blocks follow ``chunking.plan_chunks`` per head, one score buffer per thread.
+    ``threads``: worker threads (default: torch's intra-op thread count).
     """
     kernel = _get_kernel()
     if kernel is None:
@@ -508,76 +453,76 @@ def fused_entmax_attention(
     if q.device.type != "cpu":
         raise ValueError(f"the fused path runs on CPU tensors, got {q.device}")
     B, H, Nq, Nk, D = prob.B, prob.H, prob.Nq, prob.Nk, prob.D
+    Dv = v.shape[-1]
     BH = B * H
     # numpy (single-threaded) for the O(N·D) preparation: on a busy machine every small torch op
     # wakes its OpenMP pool, which cost more than the whole kernel in measurements.
-    qn = _as_f32(q).reshape(BH, Nq, D)
-    kn = _as_f32(k).reshape(BH, Nk, D)
-    vn = _as_f32(v).reshape(BH, Nk, D)
-    if not (np.isfinite(qn).all() and np.isfinite(kn).all() and np.isfinite(vn).all()):
-        # The kernel assumes finite scores (it is compiled with "nnan"); the torch path copes.
-        from lengthgen.kernels.torch_entmax import chunked_entmax_attention
-
-        return chunked_entmax_attention(q, k, v, prob, return_stats)
-    out = np.zeros((BH, Nq, D), np.float32)
+    qn = as_f32(q).reshape(BH, Nq, D)
+    kn = as_f32(k).reshape(BH, Nk, D)
+    vn = as_f32(v).reshape(BH, Nk, Dv)
+    out = np.zeros((BH, Nq, Dv), np.float32)
     ent = np.zeros((BH, Nq), np.float32)
     sup = np.zeros((BH, Nq), np.float32)
-    n_over = 0
-    if Nq and Nk:
-        alpha = prob.alpha.numpy()
-        head_scale = np.tile((prob.scale * (alpha - 1.0)).astype(np.float32), B)
-        qs = torch.from_numpy(np.ascontiguousarray(qn * head_scale[:, None, None]))
-        kf = torch.from_numpy(np.ascontiguousarray(kn))
-        vf = np.ascontiguousarray(vn)
-        vt = torch.from_numpy(vf)
-        slope = prob.slopes.numpy() * (alpha - 1.0)
-        expo, mode, em1_int = _head_params(prob)
-        pos = prob.q_positions.cpu().numpy().astype(np.int64)
-        nvis = visible_counts(prob).cpu().numpy().astype(np.int64)
-        blocks = _plan_blocks(pos, Nk, prob.causal, block_entries)
-        buf_len = max(rows * kmax for _, rows, kmax in blocks)
-        items = [(bh, *blk) for bh in range(BH) for blk in blocks]
+    want = np.zeros(Nq, np.bool_)
+    if rows is not None:
+        want[rows.cpu().numpy()] = True
+    a = alpha.numpy()
+    head_scale = np.tile((prob.scale * (a - 1.0)).astype(np.float32), B)
+    qs = torch.from_numpy(np.ascontiguousarray(qn * head_scale[:, None, None]))
+    kf = torch.from_numpy(np.ascontiguousarray(kn))
+    vf = np.ascontiguousarray(vn)
+    vt = torch.from_numpy(vf)
+    slope = prob.slopes.numpy() * (a - 1.0)
+    expo, mode, em1_int = _head_params(a)
+    pos = prob.q_positions.cpu().numpy().astype(np.int64)
+    nvis = prob.visible().cpu().numpy().astype(np.int64)
+    blocks = chunking.plan_chunks(pos.tolist(), Nk, prob.causal, 1, max_rows=_MAX_BLOCK_ROWS)
+    buf_len = max((stop - start) * keys for start, stop, keys in blocks)
+    items = [(bh, start, stop - start, keys) for bh in range(BH) for start, stop, keys in blocks]
 
-        # ALiBi window: for a causal row i, m ≥ x_ii ≥ −|q'_i||k_i| and every candidate has
-        # x_ij > m − 1, so sl'·(i − j) < 2|q'_i|·max|k| + 1. Keys left of that never matter.
-        q_norm = np.sqrt((qs.numpy().astype(np.float64) ** 2).sum(-1))  # (BH, Nq)
-        k_norm = np.sqrt((kf.numpy().astype(np.float64) ** 2).sum(-1)).max(-1)  # (BH,)
+    # ALiBi window: for a causal row i, m ≥ x_ii ≥ −|q'_i||k_i| and every candidate has
+    # x_ij > m − 1, so sl'·(i − j) < 2|q'_i|·max|k| + 1. Keys left of that never matter.
+    q_norm = np.sqrt((qs.numpy().astype(np.float64) ** 2).sum(-1))  # (BH, Nq)
+    k_norm = np.sqrt((kf.numpy().astype(np.float64) ** 2).sum(-1)).max(-1)  # (BH,)
 
-        def window_start(bh: int, r0: int, r1: int) -> int:
-            sl = slope[bh % H]
-            if sl <= 0.0 or not prob.causal:
-                return 0
-            reach = (2.0 * float(q_norm[bh, r0:r1].max()) * float(k_norm[bh]) + 1.0) * (1 + 1e-3) / sl + 2
-            return max(0, min(int(pos[r0:r1].min() - reach), int(pos[r0:r1].min())))
+    def window_start(bh: int, r0: int, r1: int) -> int:
+        sl = slope[bh % H]
+        if sl <= 0.0 or not prob.causal:
+            return 0
+        reach = (2.0 * float(q_norm[bh, r0:r1].max()) * float(k_norm[bh]) + 1.0) * (1 + 1e-3) / sl + 2
+        return max(0, min(int(pos[r0:r1].min() - reach), int(pos[r0:r1].min())))
 
-        def work(bh: int, r0: int, rows: int, kmax: int, buf: Tensor) -> int:
-            """One head, one query block: BLAS scores, numba rows, BLAS P·V for dense rows."""
-            r1 = r0 + rows
-            j0 = window_start(bh, r0, r1)
-            width = kmax - j0
-            h = slice(bh % H, bh % H + 1)
-            one = slice(bh, bh + 1)
-            S = buf[: rows * width].view(rows, width)
-            torch.mm(qs[bh, r0:r1], kf[bh, j0:kmax].t(), out=S)
-            dense = np.zeros((1, rows), np.bool_)
-            n_dense = int(
-                kernel(
-                    S.numpy()[None], vf[one, j0:], out[one], ent[one], sup[one], dense, r0, pos[r0:r1] - j0,
-                    nvis[r0:r1] - j0, nvis[r0:r1], 1, slope[h], expo[h], mode[h], em1_int[h], int(cap),
-                    bool(return_stats),
-                )
+    def work(bh: int, r0: int, rows: int, kmax: int, buf: Tensor) -> int:
+        """One head, one query block: BLAS scores, numba rows, BLAS P·V for dense rows."""
+        r1 = r0 + rows
+        j0 = window_start(bh, r0, r1)
+        width = kmax - j0
+        h = slice(bh % H, bh % H + 1)
+        one = slice(bh, bh + 1)
+        S = buf[: rows * width].view(rows, width)
+        torch.mm(qs[bh, r0:r1], kf[bh, j0:kmax].t(), out=S)
+        dense = np.zeros((1, rows), np.bool_)
+        n_dense = int(
+            kernel(
+                S.numpy()[None], vf[one, j0:], out[one], ent[one], sup[one], dense, r0, pos[r0:r1] - j0,
+                nvis[r0:r1] - j0, nvis[r0:r1], 1, slope[h], expo[h], mode[h], em1_int[h], int(cap),
+                want[r0:r1],
             )
-            if n_dense:
-                # Dense rows: S now holds their probabilities; one BLAS P·V finishes them.
-                if n_dense == rows:
-                    out[bh, r0:r1] = torch.mm(S, vt[bh, j0:kmax]).numpy()
-                else:
-                    rows_d = np.nonzero(dense[0])[0]
-                    out[bh, r0 + rows_d] = torch.mm(S[torch.from_numpy(rows_d)], vt[bh, j0:kmax]).numpy()
-            return n_dense
+        )
+        if n_dense:
+            # Dense rows: S now holds their probabilities; one BLAS P·V finishes them.
+            if n_dense == rows:
+                out[bh, r0:r1] = torch.mm(S, vt[bh, j0:kmax]).numpy()
+            else:
+                rows_d = np.nonzero(dense[0])[0]
+                out[bh, r0 + rows_d] = torch.mm(S[torch.from_numpy(rows_d)], vt[bh, j0:kmax]).numpy()
+        return n_dense
 
-        n_over = _run_blocks(work, items, buf_len, threads)
-    o = torch.from_numpy(out).view(B, H, Nq, D).to(v.dtype)
-    if not return_stats:
+    n_over = run_blocks(work, items, buf_len, threads)
+    o = torch.from_numpy(out).view(B, H, Nq, Dv).to(v.dtype)
+    if rows is None:
         return o, None, None, n_over
-    return o, torch.from_numpy(ent).view(B, H, Nq), torch.from_numpy(sup).view(B, H, Nq), n_over
+    r = rows.cpu()
+    entropy = torch.from_numpy(ent).view(B, H, Nq)[:, :, r]
+    support = torch.from_numpy(sup).view(B, H, Nq)[:, :, r]
+    return o, entropy, support, n_over

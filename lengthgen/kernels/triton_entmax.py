@@ -57,11 +57,16 @@ def _load_kernels() -> Any:
 
 def triton_available() -> bool:
     """True when triton imports (it may still lack a GPU; see `triton_entmax_attention`)."""
+    return not triton_unavailable_reason()
+
+
+def triton_unavailable_reason() -> str:
+    """Why the kernels cannot be loaded ('' when they can)."""
     try:
         _load_kernels()
-    except RuntimeError:
-        return False
-    return True
+    except RuntimeError as exc:
+        return str(exc)
+    return ""
 
 
 def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -325,3 +330,11 @@ def _pow_mode(alpha: float | Tensor) -> int:
     if isinstance(alpha, Tensor):
         return 0
     return {1.5: 1, 2.0: 2}.get(float(alpha), 0)
+
+
+def triton_path(q: Tensor, k: Tensor, v: Tensor, prob: Any, normalizer: Any, rows: Tensor | None) -> Any:
+    """The engine's ``triton`` path for an ``Entmax`` normalizer."""
+    if not (prob.full_rows and rows is None):
+        raise ValueError("impl='triton' needs full causal rows (no q_positions subset) and no stats")
+    out = triton_entmax_attention(q, k, v, normalizer.alpha, prob.causal, prob.slopes_or_none(), prob.scale)
+    return out, None, None

@@ -1,0 +1,208 @@
+"""The attention engine: one entry point for every backend, every path, every device.
+
+``attend(q, k, v, normalizer, …)`` takes queries already multiplied by their query scale, the
+absolute positions of the query rows, per-head ALiBi slopes and a ``Normalizer``, and returns the
+output and, on request, the diagnostics (``lengthgen.kernels.diagnostics``). It picks the path:
+
+* ``materialized`` — the whole score matrix and ``normalizer.probs``: differentiable, used
+  whenever gradients are needed and for small problems (one chunking policy decides,
+  ``lengthgen.kernels.chunking``); α-entmax materializes only for gradients (its exact
+  reference sorts every row, which its fused kernel beats at every size);
+* ``chunked`` — exact, bounded memory: query blocks × visible keys. Generic (scores →
+  ``normalizer.probs`` → P·V) for any normalizer, with a candidate-pruning variant for α-entmax
+  (``torch_entmax``). Runs on any device; the path for plugin normalizers;
+* ``fused`` — CPU kernels: α-entmax and top-k (``cpu_entmax``: BLAS score blocks + numba rows),
+  softmax and adaptive temperature (``cpu_softmax``: the CPU flash-attention kernel);
+* ``triton`` — α-entmax on CUDA (on CPU tensors too under ``TRITON_INTERPRET=1``, for tests);
+* ``flex`` — the softmax family on CUDA through ``torch.nn.attention.flex_attention``.
+
+``auto`` chooses; a fused kernel that cannot run (numba or triton missing, an old torch) falls
+back to the chunked path with one ``KernelFallbackWarning`` per process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from lengthgen.functional.normalizers import compute_dtype
+from lengthgen.kernels import chunking
+from lengthgen.kernels.diagnostics import Diagnostics, DiagnosticSink, diagnostic_rows, row_diagnostics
+from lengthgen.kernels.fallback import warn_fallback
+from lengthgen.kernels.normalizers import (
+    Entmax,
+    Normalizer,
+    TopK,
+    alpha_per_head,
+    is_differentiable_parameter,
+)
+from lengthgen.kernels.problem import AttnProblem, prepare, score_block
+
+__all__ = ["IMPLS", "Impl", "attend"]
+
+IMPLS = ("auto", "materialized", "chunked", "fused", "triton", "flex")
+Impl = Literal["auto", "materialized", "chunked", "fused", "triton", "flex"]
+#: Paths that support autograd.
+DIFFERENTIABLE = ("materialized", "triton", "flex")
+
+PathResult = tuple[Tensor, Tensor | None, Tensor | None]
+Path = Callable[[Tensor, Tensor, Tensor, AttnProblem, Normalizer, Tensor | None], PathResult]
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    normalizer: Normalizer,
+    *,
+    q_positions: Tensor | None = None,
+    alibi_slopes: Tensor | None = None,
+    scale: float | None = None,
+    causal: bool = True,
+    diagnostics: bool = False,
+    impl: Impl = "auto",
+) -> tuple[Tensor, Diagnostics | None]:
+    """Attention of (B, H, Nq, D) queries over (B, H, Nk, D) keys and (B, H, Nk, Dv) values.
+
+    q_positions: (Nq,) absolute positions of the query rows (default: the last Nq positions).
+    alibi_slopes: (H,) or None; slope 0 means no bias on that head. scale: default 1/sqrt(D); a
+    per-row query scale is folded into q by the caller. causal: key j visible iff j ≤ pos_i.
+    Returns the output in v's dtype and, with ``diagnostics``, the entropy and support of the
+    diagnostic rows. Raises ValueError for bad arguments: integer inputs, and (without gradients)
+    NaN or infinite ones.
+    """
+    if impl not in IMPLS:
+        raise ValueError(f"unknown impl {impl!r}; choose one of {', '.join(IMPLS)}")
+    grad = _needs_grad(q, k, v) or is_differentiable_parameter(normalizer)
+    prob = prepare(q, k, v, causal, alibi_slopes, scale, q_positions, needs_grad=grad)
+    if isinstance(normalizer, Entmax):
+        alpha_per_head(normalizer, prob.H)  # validates α before any path runs
+    rows = diagnostic_rows(prob.Nq, q.device) if diagnostics else None
+    chosen = _choose(q, prob, normalizer, grad) if impl == "auto" else impl
+    if grad and chosen not in DIFFERENTIABLE:
+        raise RuntimeError(f"impl={chosen!r} is not differentiable; use impl='materialized' (or 'auto')")
+    if prob.Nq == 0 or prob.Nk == 0:
+        out, entropy, support = _empty(v, prob, rows)
+    else:
+        out, entropy, support = _path(chosen, normalizer)(q, k, v, prob, normalizer, rows)
+    if rows is None:
+        return out, None
+    assert entropy is not None and support is not None
+    return out, Diagnostics(rows, entropy, support)
+
+
+def _needs_grad(*tensors: Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _choose(q: Tensor, prob: AttnProblem, normalizer: Normalizer, grad: bool) -> str:
+    """The path ``auto`` takes (see the module docstring)."""
+    cuda = q.device.type == "cuda"
+    if isinstance(normalizer, Entmax):
+        if cuda:
+            from lengthgen.kernels.triton_entmax import triton_unavailable_reason
+
+            reason = triton_unavailable_reason()
+            if not reason and (not grad or prob.full_rows):
+                return "triton"
+            if grad:
+                return "materialized"
+            if reason:
+                warn_fallback("the Triton α-entmax kernel", reason, "chunked torch path")
+            return "chunked"
+        if grad:
+            return "materialized"
+        return _fused_or_chunked(normalizer)
+    entries = prob.B * prob.H * prob.Nq * prob.Nk
+    if chunking.should_materialize(entries, grad):
+        return "materialized"
+    if cuda:
+        return "chunked"
+    return _fused_or_chunked(normalizer)
+
+
+def _fused_or_chunked(normalizer: Normalizer) -> str:
+    if not isinstance(normalizer, Entmax):
+        return "chunked"
+    reason = _fused_unavailable_reason(normalizer)
+    if reason:
+        warn_fallback("the fused CPU attention kernel", reason, "chunked torch path")
+        return "chunked"
+    return "fused"
+
+
+def _fused_unavailable_reason(normalizer: Normalizer) -> str:
+    from lengthgen.kernels.cpu_entmax import fused_unavailable_reason
+
+    return fused_unavailable_reason()
+
+
+def _path(name: str, normalizer: Normalizer) -> Path:
+    if name == "materialized":
+        return _materialized
+    if isinstance(normalizer, Entmax):
+        from lengthgen.kernels import cpu_entmax, torch_entmax, triton_entmax
+
+        entmax_paths: dict[str, Path] = {
+            "chunked": torch_entmax.chunked_path,
+            "fused": cpu_entmax.fused_path,
+            "triton": triton_entmax.triton_path,
+        }
+        if name in entmax_paths:
+            return entmax_paths[name]
+    elif name == "chunked":
+        return _chunked
+    elif name == "fused" and isinstance(normalizer, TopK):
+        from lengthgen.kernels import cpu_entmax
+
+        return cpu_entmax.fused_topk_path
+    raise ValueError(f"impl={name!r} does not run {type(normalizer).__name__} attention")
+
+
+def _empty(v: Tensor, prob: AttnProblem, rows: Tensor | None) -> PathResult:
+    """No query rows or no keys: zero output; a row that sees nothing has entropy and support 0."""
+    out = torch.zeros((prob.B, prob.H, prob.Nq, v.shape[-1]), dtype=v.dtype, device=v.device)
+    if rows is None:
+        return out, None, None
+    zeros = torch.zeros((prob.B, prob.H, rows.numel()), dtype=torch.float32, device=v.device)
+    return out, zeros, zeros.clone()
+
+
+def _materialized(
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
+) -> PathResult:
+    """The whole (B, H, Nq, Nk) score matrix through ``normalizer.probs``; differentiable."""
+    cd = compute_dtype(q.dtype)
+    scores = score_block(q.to(cd), k.to(cd), prob.q_positions, prob.slopes_or_none(), prob.scale, prob.causal)
+    p = normalizer.probs(scores)
+    out = torch.matmul(p.to(cd), v.to(cd)).to(v.dtype)
+    if rows is None:
+        return out, None, None
+    with torch.no_grad():
+        entropy, support = row_diagnostics(p[:, :, rows], prob.visible()[rows])
+    return out, entropy, support
+
+
+@torch.no_grad()
+def _chunked(
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
+) -> PathResult:
+    """Exact generic path: query blocks over their visible keys, never an Nq×Nk tensor."""
+    cd = compute_dtype(q.dtype)
+    out = torch.empty((prob.B, prob.H, prob.Nq, v.shape[-1]), dtype=cd, device=q.device)
+    sink = DiagnosticSink(rows, prob.B, prob.H, prob.visible()) if rows is not None else None
+    pos = prob.q_positions
+    slopes = prob.slopes_or_none()
+    for start, stop, keys in chunking.plan_chunks(pos.tolist(), prob.Nk, prob.causal, prob.B * prob.H):
+        q_block, k_block = q[:, :, start:stop].to(cd), k[:, :, :keys].to(cd)
+        scores = score_block(q_block, k_block, pos[start:stop], slopes, prob.scale, prob.causal)
+        p = normalizer.probs(scores)
+        out[:, :, start:stop] = torch.matmul(p.to(cd), v[:, :, :keys].to(cd))
+        if sink is not None:
+            sink.add_block(start, stop, p)
+    if sink is None:
+        return out.to(v.dtype), None, None
+    return (out.to(v.dtype), *sink.result())
