@@ -369,6 +369,25 @@ if numba is not None:
         return n_dense
 
 
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    def _count_above(S, pos, slope, thr, out):  # noqa: ANN001, ANN202
+        """out[r] = #{j ≤ pos[r] : S[r, j] − slope·(pos[r] − j) > thr[r]} (a softmax row's support)."""
+        R, L = S.shape
+        for r in range(R):
+            n = min(L, pos[r] + 1)
+            t = thr[r]
+            c = 0
+            sl = np.float32(slope)
+            for j in range(n):
+                c += (S[r, j] - sl * np.float32(pos[r] - j)) > t
+            out[r] = c
+
+
+def count_above_kernel() -> Any:
+    """The numba support-counting pass of the fused softmax path, or None without numba."""
+    return _count_above if fused_available() else None
+
+
 _kernel: Any = None
 _kernel_error: BaseException | None = _NUMBA_ERROR
 

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["DIAGNOSTIC_ROWS", "Diagnostics", "diagnostic_rows", "row_diagnostics"]
+__all__ = [
+    "DIAGNOSTIC_ROWS", "DiagnosticSink", "Diagnostics", "diagnostic_rows", "normalize_entropy",
+    "row_diagnostics",
+]
 
 #: Diagnostic rows per attention call (per layer). The dispersion measures are means, and every
 #: diagnostic row costs a pass over its visible keys that the fast paths would not otherwise make.
@@ -46,7 +49,7 @@ def row_diagnostics(p: Tensor, visible: Tensor) -> tuple[Tensor, Tensor]:
     """Normalized entropy and support size of probability rows ``p`` (…, Nk), as float32.
 
     ``visible`` (broadcastable to p's rows) is the number of keys each row could see. Computed in
-    fp32 (fp64 for fp64 rows) in four cheap vectorized passes; ``torch.special.entr`` and
+    fp32 (fp64 for fp64 rows) in a few vectorized passes; ``torch.special.entr`` and
     ``count_nonzero`` took several times longer on the long rows of evaluation.
     """
     pf = p.detach()
@@ -54,9 +57,13 @@ def row_diagnostics(p: Tensor, visible: Tensor) -> tuple[Tensor, Tensor]:
     log_p = torch.log(pf.clamp_min(torch.finfo(pf.dtype).tiny))
     entropy = -torch.linalg.vecdot(pf, log_p)
     support = torch.sign(pf).clamp_min(0).sum(-1)
-    log_n = torch.log(visible.to(device=pf.device, dtype=pf.dtype).clamp_min(1.0))
-    normalized = torch.where(log_n > 0, entropy / torch.where(log_n > 0, log_n, 1.0), 0.0)
-    return normalized.float(), support.float()
+    return normalize_entropy(entropy, visible), support.float()
+
+
+def normalize_entropy(entropy: Tensor, visible: Tensor) -> Tensor:
+    """H / log(visible keys); 0 for rows that see at most one key."""
+    log_n = torch.log(visible.to(device=entropy.device, dtype=entropy.dtype).clamp_min(1.0))
+    return torch.where(log_n > 0, entropy / torch.where(log_n > 0, log_n, 1.0), 0.0).float()
 
 
 class DiagnosticSink:

@@ -35,7 +35,6 @@ from lengthgen.kernels.fallback import warn_fallback
 from lengthgen.kernels.normalizers import (
     Entmax,
     Normalizer,
-    TopK,
     alpha_per_head,
     is_differentiable_parameter,
 )
@@ -115,29 +114,32 @@ def _choose(q: Tensor, prob: AttnProblem, normalizer: Normalizer, grad: bool) ->
             return "chunked"
         if grad:
             return "materialized"
-        return _fused_or_chunked(normalizer)
+        return _fused_or_chunked(normalizer, prob)
     entries = prob.B * prob.H * prob.Nq * prob.Nk
     if chunking.should_materialize(entries, grad):
         return "materialized"
     if cuda:
         return "chunked"
-    return _fused_or_chunked(normalizer)
+    return _fused_or_chunked(normalizer, prob)
 
 
-def _fused_or_chunked(normalizer: Normalizer) -> str:
-    if not isinstance(normalizer, Entmax):
+def _fused_or_chunked(normalizer: Normalizer, prob: AttnProblem) -> str:
+    if normalizer.softmax_like:
+        from lengthgen.kernels.cpu_softmax import flash_unavailable_reason
+
+        if not prob.causal and prob.has_alibi:
+            return "chunked"  # keys on both sides of a sloped row: no window, no key split
+        reason, kernel = flash_unavailable_reason(), "the CPU flash-attention kernel"
+    elif isinstance(normalizer, Entmax):
+        from lengthgen.kernels.cpu_entmax import fused_unavailable_reason
+
+        reason, kernel = fused_unavailable_reason(), "the fused CPU α-entmax kernel (numba)"
+    else:
         return "chunked"
-    reason = _fused_unavailable_reason(normalizer)
     if reason:
-        warn_fallback("the fused CPU attention kernel", reason, "chunked torch path")
+        warn_fallback(kernel, reason, "chunked torch path")
         return "chunked"
     return "fused"
-
-
-def _fused_unavailable_reason(normalizer: Normalizer) -> str:
-    from lengthgen.kernels.cpu_entmax import fused_unavailable_reason
-
-    return fused_unavailable_reason()
 
 
 def _path(name: str, normalizer: Normalizer) -> Path:
@@ -155,10 +157,10 @@ def _path(name: str, normalizer: Normalizer) -> Path:
             return entmax_paths[name]
     elif name == "chunked":
         return _chunked
-    elif name == "fused" and isinstance(normalizer, TopK):
-        from lengthgen.kernels import cpu_entmax
+    elif name == "fused" and normalizer.softmax_like:
+        from lengthgen.kernels import cpu_softmax
 
-        return cpu_entmax.fused_topk_path
+        return cpu_softmax.fused_path
     raise ValueError(f"impl={name!r} does not run {type(normalizer).__name__} attention")
 
 
