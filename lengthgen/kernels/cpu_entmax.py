@@ -383,6 +383,11 @@ if numba is not None:
             out[r] = c
 
 
+def row_helpers() -> tuple[Any, Any]:
+    """The numba helpers other row kernels share: (bias + chunk maxima, collect above a bound)."""
+    return _chunk_max, _collect
+
+
 def count_above_kernel() -> Any:
     """The numba support-counting pass of the fused softmax path, or None without numba."""
     return _count_above if fused_available() else None

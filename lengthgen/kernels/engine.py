@@ -35,6 +35,7 @@ from lengthgen.kernels.fallback import warn_fallback
 from lengthgen.kernels.normalizers import (
     Entmax,
     Normalizer,
+    TopK,
     alpha_per_head,
     is_differentiable_parameter,
 )
@@ -130,10 +131,10 @@ def _fused_or_chunked(normalizer: Normalizer, prob: AttnProblem) -> str:
         if not prob.causal and prob.has_alibi:
             return "chunked"  # keys on both sides of a sloped row: no window, no key split
         reason, kernel = flash_unavailable_reason(), "the CPU flash-attention kernel"
-    elif isinstance(normalizer, Entmax):
+    elif isinstance(normalizer, Entmax | TopK):
         from lengthgen.kernels.cpu_entmax import fused_unavailable_reason
 
-        reason, kernel = fused_unavailable_reason(), "the fused CPU α-entmax kernel (numba)"
+        reason, kernel = fused_unavailable_reason(), "the fused CPU row kernels (numba)"
     else:
         return "chunked"
     if reason:
@@ -161,6 +162,10 @@ def _path(name: str, normalizer: Normalizer) -> Path:
         from lengthgen.kernels import cpu_softmax
 
         return cpu_softmax.fused_path
+    elif name == "fused" and isinstance(normalizer, TopK):
+        from lengthgen.kernels import cpu_topk
+
+        return cpu_topk.fused_path
     raise ValueError(f"impl={name!r} does not run {type(normalizer).__name__} attention")
 
 
