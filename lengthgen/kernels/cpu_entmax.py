@@ -75,6 +75,16 @@ if numba is not None:
             return r
         return d**em1
 
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
+    def _step(S, W, e):  # noqa: ANN001, ANN202
+        """Newton step on h(τ) = S(τ)^(1/e) − 1, S = Σ[x − τ]_+^e, W = Σ[x − τ]_+^(e−1).
+
+        h is convex and decreasing like S − 1, so Newton from the left still never overshoots,
+        and h is linear in τ when the live scores are equal: a flat row (dense support) needs one
+        step where Newton on S − 1 needed ten and more (h' = −S^(1/e − 1)·W).
+        """
+        return (S - S ** (1.0 - 1.0 / e)) / W
+
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
     def _newton(cv, ci, k, m, tau, e, em1, em1_int, mode):  # noqa: ANN001, ANN202
         """τ (relative to m) on the values cv[:k] (float32, each > m − 1), from a lower bound ``tau``.
@@ -119,7 +129,7 @@ if numba is not None:
                 k = kk
             if f <= 0.0 or fp <= 0.0:
                 break
-            step = f / (e * fp)
+            step = _step(f + 1.0, fp, e)
             tau += step
             if step <= _STEP_TOL:
                 break
@@ -219,7 +229,7 @@ if numba is not None:
                         fp += pw
             if f <= 0.0 or fp <= 0.0:
                 break
-            step = f / (e * fp)
+            step = _step(f + 1.0, fp, e)
             tau += step
             if step <= _STEP_TOL:
                 break
@@ -247,7 +257,11 @@ if numba is not None:
 
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
     def _dense_probs(s, n, L, m, tau, em1, em1_int, stats):  # noqa: ANN001, ANN202
-        """Overwrite the score row s[:L] with the normalized probabilities; return the entropy."""
+        """Overwrite the score row s[:L] with unnormalized weights [x − τ]_+^e in one pass.
+
+        Returns (their sum, the entropy of the normalized row when ``stats``, else 0); the
+        caller divides the row's P·V by the sum.
+        """
         c = m + tau
         tot = 0.0
         for j in range(n):
@@ -257,21 +271,22 @@ if numba is not None:
             tot += pj
         for j in range(n, L):
             s[j] = np.float32(0.0)
-        inv = 1.0 / tot if tot > 0.0 else 0.0
+        if not stats or tot <= 0.0:
+            return tot, 0.0
         hs = 0.0
         for j in range(n):
-            pj = np.float64(s[j]) * inv
-            s[j] = np.float32(pj)
-            if stats and pj > 0.0:
+            pj = np.float64(s[j])
+            if pj > 0.0:
                 hs -= pj * np.log(pj)
-        return hs
+        return tot, hs / tot + np.log(tot)
 
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
     def _task(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, group, want, task):  # noqa: ANN001, ANN202, E501
         """Rows g·group … of one batch·head; returns how many rows took the dense path.
 
-        Dense rows (more than ``cap`` candidates) get their normalized probabilities written over
-        their scores in S and dense[bh, r] = True: the caller finishes them with one BLAS P·V.
+        Dense rows (more than ``cap`` candidates) get their unnormalized weights written over
+        their scores in S and dense[bh, r] = 1 / their sum (0 for the other rows): the caller
+        finishes them with one BLAS P·V, scaled by it.
         """
         BH, R, L = S.shape
         D = V.shape[2]
@@ -314,9 +329,9 @@ if numba is not None:
             k = _collect(s, n, cmi, kc, thr, cv, ci, cap) if kc <= cap else -1
             if k < 0:
                 n_dense += 1
-                dense[bh, r] = True
                 k, tau = _newton_dense(s, n, m, tau0, e, em1, ei, md)
-                hs = _dense_probs(s, n, L, m, tau, em1, ei, stats)
+                tot, hs = _dense_probs(s, n, L, m, tau, em1, ei, stats)
+                dense[bh, r] = 1.0 / tot if tot > 0.0 else 1.0
                 if stats:
                     ns = nstat[r]
                     ent[bh, row0 + r] = hs / np.log(ns) if ns > 1 else 0.0
@@ -405,7 +420,7 @@ def _smoke(kernel: Any) -> None:
     st = np.zeros((1, 1), np.float32)
     one = np.ones(1, np.float64)
     ints = np.array([1], np.int64)
-    dense = np.zeros((1, 1), np.bool_)
+    dense = np.zeros((1, 1), np.float32)
     n = ints + 1
     want = np.ones(1, np.bool_)
     kernel(S, V, out, st, st.copy(), dense, 0, ints, n, n, 1, one * 0, one * 2, ints, ints, 4, want)
@@ -525,7 +540,7 @@ def fused_entmax_attention(
         one = slice(bh, bh + 1)
         S = buf[: rows * width].view(rows, width)
         torch.mm(qs[bh, r0:r1], kf[bh, j0:kmax].t(), out=S)
-        dense = np.zeros((1, rows), np.bool_)
+        dense = np.zeros((1, rows), np.float32)
         n_dense = int(
             kernel(
                 S.numpy()[None], vf[one, j0:], out[one], ent[one], sup[one], dense, r0, pos[r0:r1] - j0,
@@ -534,12 +549,13 @@ def fused_entmax_attention(
             )
         )
         if n_dense:
-            # Dense rows: S now holds their probabilities; one BLAS P·V finishes them.
+            # Dense rows: S now holds their unnormalized weights; one BLAS P·V finishes them.
             if n_dense == rows:
-                out[bh, r0:r1] = torch.mm(S, vt[bh, j0:kmax]).numpy()
+                out[bh, r0:r1] = torch.mm(S, vt[bh, j0:kmax]).numpy() * dense[0, :, None]
             else:
                 rows_d = np.nonzero(dense[0])[0]
-                out[bh, r0 + rows_d] = torch.mm(S[torch.from_numpy(rows_d)], vt[bh, j0:kmax]).numpy()
+                pv = torch.mm(S[torch.from_numpy(rows_d)], vt[bh, j0:kmax]).numpy()
+                out[bh, r0 + rows_d] = pv * dense[0, rows_d, None]
         return n_dense
 
     n_over = run_blocks(work, items, buf_len, threads)
