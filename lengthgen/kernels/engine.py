@@ -28,18 +28,19 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lengthgen.functional.normalizers import compute_dtype
 from lengthgen.kernels import chunking
-from lengthgen.kernels.diagnostics import Diagnostics, DiagnosticSink, diagnostic_rows, row_diagnostics
+from lengthgen.kernels.diagnostics import Diagnostics, diagnostic_rows
 from lengthgen.kernels.fallback import warn_fallback
+from lengthgen.kernels.generic import chunked_path, materialized_path
 from lengthgen.kernels.normalizers import (
     Entmax,
     Normalizer,
+    Softmax,
     TopK,
     alpha_per_head,
     is_differentiable_parameter,
 )
-from lengthgen.kernels.problem import AttnProblem, prepare, score_block
+from lengthgen.kernels.problem import AttnProblem, prepare
 
 __all__ = ["IMPLS", "Impl", "attend"]
 
@@ -120,7 +121,15 @@ def _choose(q: Tensor, prob: AttnProblem, normalizer: Normalizer, grad: bool) ->
     if chunking.should_materialize(entries, grad):
         return "materialized"
     if cuda:
-        return "chunked"
+        if not isinstance(normalizer, Softmax):
+            return "chunked"
+        from lengthgen.kernels.flex_softmax import flex_unavailable_reason
+
+        reason = flex_unavailable_reason()
+        if reason:
+            warn_fallback("FlexAttention", reason, "chunked torch path")
+            return "chunked"
+        return "flex"
     return _fused_or_chunked(normalizer, prob)
 
 
@@ -145,7 +154,7 @@ def _fused_or_chunked(normalizer: Normalizer, prob: AttnProblem) -> str:
 
 def _path(name: str, normalizer: Normalizer) -> Path:
     if name == "materialized":
-        return _materialized
+        return materialized_path
     if isinstance(normalizer, Entmax):
         from lengthgen.kernels import cpu_entmax, torch_entmax, triton_entmax
 
@@ -157,7 +166,11 @@ def _path(name: str, normalizer: Normalizer) -> Path:
         if name in entmax_paths:
             return entmax_paths[name]
     elif name == "chunked":
-        return _chunked
+        return chunked_path
+    elif name == "flex":
+        from lengthgen.kernels import flex_softmax
+
+        return flex_softmax.flex_path
     elif name == "fused" and normalizer.softmax_like:
         from lengthgen.kernels import cpu_softmax
 
@@ -176,40 +189,3 @@ def _empty(v: Tensor, prob: AttnProblem, rows: Tensor | None) -> PathResult:
         return out, None, None
     zeros = torch.zeros((prob.B, prob.H, rows.numel()), dtype=torch.float32, device=v.device)
     return out, zeros, zeros.clone()
-
-
-def _materialized(
-    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
-) -> PathResult:
-    """The whole (B, H, Nq, Nk) score matrix through ``normalizer.probs``; differentiable."""
-    cd = compute_dtype(q.dtype)
-    scores = score_block(q.to(cd), k.to(cd), prob.q_positions, prob.slopes_or_none(), prob.scale, prob.causal)
-    p = normalizer.probs(scores)
-    out = torch.matmul(p.to(cd), v.to(cd)).to(v.dtype)
-    if rows is None:
-        return out, None, None
-    with torch.no_grad():
-        entropy, support = row_diagnostics(p[:, :, rows], prob.visible()[rows])
-    return out, entropy, support
-
-
-@torch.no_grad()
-def _chunked(
-    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
-) -> PathResult:
-    """Exact generic path: query blocks over their visible keys, never an Nq×Nk tensor."""
-    cd = compute_dtype(q.dtype)
-    out = torch.empty((prob.B, prob.H, prob.Nq, v.shape[-1]), dtype=cd, device=q.device)
-    sink = DiagnosticSink(rows, prob.B, prob.H, prob.visible()) if rows is not None else None
-    pos = prob.q_positions
-    slopes = prob.slopes_or_none()
-    for start, stop, keys in chunking.plan_chunks(pos.tolist(), prob.Nk, prob.causal, prob.B * prob.H):
-        q_block, k_block = q[:, :, start:stop].to(cd), k[:, :, :keys].to(cd)
-        scores = score_block(q_block, k_block, pos[start:stop], slopes, prob.scale, prob.causal)
-        p = normalizer.probs(scores)
-        out[:, :, start:stop] = torch.matmul(p.to(cd), v[:, :, :keys].to(cd))
-        if sink is not None:
-            sink.add_block(start, stop, p)
-    if sink is None:
-        return out.to(v.dtype), None, None
-    return (out.to(v.dtype), *sink.result())
