@@ -9,6 +9,7 @@ read them through this module (``chunking.CHUNK_ENTRIES``), never by ``from … 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
 #: Above this many score entries (B·H·Nq·Nk) without gradients, a long-sequence path is used.
 MATERIALIZE_LIMIT = 1 << 24
@@ -38,23 +39,29 @@ def chunk_rows(entries_per_row: int) -> int:
 def plan_chunks(
     positions: Sequence[int], n_keys: int, causal: bool, width: int, max_rows: int | None = None
 ) -> list[tuple[int, int, int]]:
-    """Blocks (start, stop, visible keys) over query rows with these absolute positions.
+    """Blocks (start, stop, keys) over query rows with these absolute positions.
 
     ``width`` is the number of score rows one query row stands for in a block (B·H for paths
-    that score all heads at once, 1 for per-head kernels). Under causal masking a block only
-    scores the keys its last row sees, so early blocks (few keys) take more rows.
+    that score all heads at once, 1 for per-head kernels). Under causal masking a block scores
+    the keys up to the largest position so far (for sorted rows: its last row's), so early
+    blocks (few keys) take more rows. Each block is the largest that the policy allows.
     """
     n = len(positions)
+    reach = list(accumulate(positions, max)) if causal else []
+
+    def keys(stop: int) -> int:
+        return min(n_keys, reach[stop - 1] + 1) if causal else n_keys
+
     plan = []
     start = 0
     while start < n:
-
-        def keys(rows: int, start: int = start) -> int:
-            return min(n_keys, max(positions[start : start + rows]) + 1) if causal else n_keys
-
-        rows = min(n - start, chunk_rows(width * keys(1)), max_rows or n)
-        while rows > 1 and rows > chunk_rows(width * keys(rows)):
-            rows = max(1, min(rows - 1, chunk_rows(width * keys(rows))))
-        plan.append((start, start + rows, keys(rows)))
-        start += rows
+        lo, hi = 1, min(n - start, max_rows or n)
+        while lo < hi:  # rows ≤ chunk_rows(width · keys) is monotone in rows: bisect for the largest
+            mid = (lo + hi + 1) // 2
+            if mid <= chunk_rows(width * keys(start + mid)):
+                lo = mid
+            else:
+                hi = mid - 1
+        plan.append((start, start + lo, keys(start + lo)))
+        start += lo
     return plan
