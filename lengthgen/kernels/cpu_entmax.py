@@ -31,8 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lengthgen.kernels import chunking
-from lengthgen.kernels.cpu_blocks import as_f32, run_blocks
+from lengthgen.kernels.cpu_blocks import RowJob
 from lengthgen.kernels.normalizers import Entmax, Normalizer, alpha_per_head
 from lengthgen.kernels.problem import AttnProblem
 
@@ -489,80 +488,41 @@ def fused_entmax_attention(
     kernel = _get_kernel()
     if kernel is None:
         raise RuntimeError(f"the fused CPU path needs numba: {fused_unavailable_reason()}")
-    if q.device.type != "cpu":
-        raise ValueError(f"the fused path runs on CPU tensors, got {q.device}")
-    B, H, Nq, Nk, D = prob.B, prob.H, prob.Nq, prob.Nk, prob.D
-    Dv = v.shape[-1]
-    BH = B * H
-    # numpy (single-threaded) for the O(N·D) preparation: on a busy machine every small torch op
-    # wakes its OpenMP pool, which cost more than the whole kernel in measurements.
-    qn = as_f32(q).reshape(BH, Nq, D)
-    kn = as_f32(k).reshape(BH, Nk, D)
-    vn = as_f32(v).reshape(BH, Nk, Dv)
-    out = np.zeros((BH, Nq, Dv), np.float32)
-    ent = np.zeros((BH, Nq), np.float32)
-    sup = np.zeros((BH, Nq), np.float32)
-    want = np.zeros(Nq, np.bool_)
-    if rows is not None:
-        want[rows.cpu().numpy()] = True
     a = alpha.numpy()
-    head_scale = np.tile((prob.scale * (a - 1.0)).astype(np.float32), B)
-    qs = torch.from_numpy(np.ascontiguousarray(qn * head_scale[:, None, None]))
-    kf = torch.from_numpy(np.ascontiguousarray(kn))
-    vf = np.ascontiguousarray(vn)
-    vt = torch.from_numpy(vf)
-    slope = prob.slopes.numpy() * (a - 1.0)
+    # Work in x = (α−1)·z: scale·(α−1) into q, (α−1) into the slopes.
+    job = RowJob.prepare(q, k, v, prob, prob.scale * (a - 1.0), a - 1.0, rows)
+    H = prob.H
     expo, mode, em1_int = _head_params(a)
-    pos = prob.q_positions.cpu().numpy().astype(np.int64)
-    nvis = prob.visible().cpu().numpy().astype(np.int64)
-    blocks = chunking.plan_chunks(pos.tolist(), Nk, prob.causal, 1, max_rows=_MAX_BLOCK_ROWS)
-    buf_len = max((stop - start) * keys for start, stop, keys in blocks)
-    items = [(bh, start, stop - start, keys) for bh in range(BH) for start, stop, keys in blocks]
-
-    # ALiBi window: for a causal row i, m ≥ x_ii ≥ −|q'_i||k_i| and every candidate has
-    # x_ij > m − 1, so sl'·(i − j) < 2|q'_i|·max|k| + 1. Keys left of that never matter.
-    q_norm = np.sqrt((qs.numpy().astype(np.float64) ** 2).sum(-1))  # (BH, Nq)
-    k_norm = np.sqrt((kf.numpy().astype(np.float64) ** 2).sum(-1)).max(-1)  # (BH,)
-
-    def window_start(bh: int, r0: int, r1: int) -> int:
-        sl = slope[bh % H]
-        if sl <= 0.0 or not prob.causal:
-            return 0
-        reach = (2.0 * float(q_norm[bh, r0:r1].max()) * float(k_norm[bh]) + 1.0) * (1 + 1e-3) / sl + 2
-        return max(0, min(int(pos[r0:r1].min() - reach), int(pos[r0:r1].min())))
+    vt = torch.from_numpy(job.vf)
+    pos, nvis = job.pos, job.nvis
 
     def work(bh: int, r0: int, rows: int, kmax: int, buf: Tensor) -> int:
         """One head, one query block: BLAS scores, numba rows, BLAS P·V for dense rows."""
         r1 = r0 + rows
-        j0 = window_start(bh, r0, r1)
+        # Every candidate has x_ij > max_j x_ij − 1 (τ ≥ max − 1): a margin of 1 in x units.
+        j0 = job.window_start(bh, r0, r1, extra=2.0)
         width = kmax - j0
         h = slice(bh % H, bh % H + 1)
         one = slice(bh, bh + 1)
         S = buf[: rows * width].view(rows, width)
-        torch.mm(qs[bh, r0:r1], kf[bh, j0:kmax].t(), out=S)
+        torch.mm(job.qs[bh, r0:r1], job.kf[bh, j0:kmax].t(), out=S)
         dense = np.zeros((1, rows), np.float32)
         n_dense = int(
             kernel(
-                S.numpy()[None], vf[one, j0:], out[one], ent[one], sup[one], dense, r0, pos[r0:r1] - j0,
-                nvis[r0:r1] - j0, nvis[r0:r1], 1, slope[h], expo[h], mode[h], em1_int[h], int(cap),
-                want[r0:r1],
+                S.numpy()[None], job.vf[one, j0:], job.out[one], job.ent[one], job.sup[one], dense, r0,
+                pos[r0:r1] - j0, nvis[r0:r1] - j0, nvis[r0:r1], 1, job.slope[h], expo[h], mode[h], em1_int[h],
+                int(cap), job.want[r0:r1],
             )
         )
         if n_dense:
             # Dense rows: S now holds their unnormalized weights; one BLAS P·V finishes them.
             if n_dense == rows:
-                out[bh, r0:r1] = torch.mm(S, vt[bh, j0:kmax]).numpy() * dense[0, :, None]
+                job.out[bh, r0:r1] = torch.mm(S, vt[bh, j0:kmax]).numpy() * dense[0, :, None]
             else:
                 rows_d = np.nonzero(dense[0])[0]
                 pv = torch.mm(S[torch.from_numpy(rows_d)], vt[bh, j0:kmax]).numpy()
-                out[bh, r0 + rows_d] = pv * dense[0, rows_d, None]
+                job.out[bh, r0 + rows_d] = pv * dense[0, rows_d, None]
         return n_dense
 
-    n_over = run_blocks(work, items, buf_len, threads)
-    o = torch.from_numpy(out).view(B, H, Nq, Dv).to(v.dtype)
-    if rows is None:
-        return o, None, None, n_over
-    r = rows.cpu()
-    entropy = torch.from_numpy(ent).view(B, H, Nq)[:, :, r]
-    support = torch.from_numpy(sup).view(B, H, Nq)[:, :, r]
-    return o, entropy, support, n_over
+    n_over = job.run(work, threads, _MAX_BLOCK_ROWS)
+    return (*job.result(v, rows), n_over)

@@ -367,7 +367,7 @@ def _count_above(qs: Tensor, k: Tensor, prob: AttnProblem, threshold: Tensor) ->
     pos = prob.q_positions
     pos_list = pos.tolist()
     slopes = prob.slopes.tolist()
-    blocks = chunking.plan_chunks(pos_list, prob.Nk, prob.causal, 1)
+    blocks = chunking.plan_chunks(pos_list, prob.Nk, prob.causal, 1, reused_buffer=True)
     kernel = _count_kernel()
     qf, kf, thr = qs.float(), k.float(), threshold.float()
 

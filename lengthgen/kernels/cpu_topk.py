@@ -20,8 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lengthgen.kernels import chunking
-from lengthgen.kernels.cpu_blocks import as_f32, run_blocks
+from lengthgen.kernels.cpu_blocks import RowJob
 from lengthgen.kernels.cpu_entmax import fused_available, row_helpers
 from lengthgen.kernels.normalizers import Normalizer, TopK
 from lengthgen.kernels.problem import AttnProblem
@@ -148,48 +147,18 @@ def fused_topk_attention(
         from lengthgen.kernels.cpu_entmax import fused_unavailable_reason
 
         raise RuntimeError(f"the fused CPU path needs numba: {fused_unavailable_reason()}")
-    if q.device.type != "cpu":
-        raise ValueError(f"the fused path runs on CPU tensors, got {q.device}")
-    B, H, Nq, Nk, D = prob.B, prob.H, prob.Nq, prob.Nk, prob.D
-    Dv = v.shape[-1]
-    BH = B * H
-    qs = torch.from_numpy(np.ascontiguousarray(as_f32(q).reshape(BH, Nq, D) * np.float32(prob.scale)))
-    kf = torch.from_numpy(np.ascontiguousarray(as_f32(k).reshape(BH, Nk, D)))
-    vf = np.ascontiguousarray(as_f32(v).reshape(BH, Nk, Dv))
-    out = np.zeros((BH, Nq, Dv), np.float32)
-    ent = np.zeros((BH, Nq), np.float32)
-    sup = np.zeros((BH, Nq), np.float32)
-    want = np.zeros(Nq, np.bool_)
-    if rows is not None:
-        want[rows.cpu().numpy()] = True
-    slopes = prob.slopes.numpy()
-    pos = prob.q_positions.cpu().numpy().astype(np.int64)
-    nvis = prob.visible().cpu().numpy().astype(np.int64)
-    blocks = chunking.plan_chunks(pos.tolist(), Nk, prob.causal, 1, max_rows=_MAX_BLOCK_ROWS)
-    q_norm = np.sqrt((qs.numpy().astype(np.float64) ** 2).sum(-1))  # (BH, Nq)
-    k_norm = np.sqrt((kf.numpy().astype(np.float64) ** 2).sum(-1)).max(-1) if Nk else np.zeros(BH)
-
-    def window_start(bh: int, r0: int, r1: int) -> int:
-        slope = slopes[bh % H]
-        if slope <= 0.0 or not prob.causal:
-            return 0
-        bound = 2.0 * float(q_norm[bh, r0:r1].max()) * float(k_norm[bh]) * (1 + 1e-3) + 1.0
-        reach = bound / slope + top + 1
-        return max(0, min(int(pos[r0:r1].min() - reach), int(pos[r0:r1].min())))
+    job = RowJob.prepare(q, k, v, prob, np.full(prob.H, prob.scale), np.ones(prob.H), rows)
 
     def work(bh: int, r0: int, n_rows: int, kmax: int, buf: Tensor) -> int:
         r1 = r0 + n_rows
-        j0 = window_start(bh, r0, r1)
+        # The k-th largest score is at least that of the k nearest keys: a margin of ``top``.
+        j0 = job.window_start(bh, r0, r1, extra=top + 1)
         S = buf[: n_rows * (kmax - j0)].view(n_rows, kmax - j0)
-        torch.mm(qs[bh, r0:r1], kf[bh, j0:kmax].t(), out=S)
-        kernel(S.numpy(), vf[bh, j0:], out[bh], ent[bh], sup[bh], r0, pos[r0:r1] - j0,
-               nvis[r0:r1] - j0, nvis[r0:r1], float(slopes[bh % H]), int(top), want[r0:r1])
+        torch.mm(job.qs[bh, r0:r1], job.kf[bh, j0:kmax].t(), out=S)
+        kernel(S.numpy(), job.vf[bh, j0:], job.out[bh], job.ent[bh], job.sup[bh], r0, job.pos[r0:r1] - j0,
+               job.nvis[r0:r1] - j0, job.nvis[r0:r1], float(job.slope[bh % prob.H]), int(top),
+               job.want[r0:r1])
         return 0
 
-    items = [(bh, start, stop - start, keys) for bh in range(BH) for start, stop, keys in blocks]
-    run_blocks(work, items, max((stop - start) * keys for start, stop, keys in blocks), threads)
-    o = torch.from_numpy(out).view(B, H, Nq, Dv).to(v.dtype)
-    if rows is None:
-        return o, None, None
-    r = rows.cpu()
-    return o, torch.from_numpy(ent).view(B, H, Nq)[:, :, r], torch.from_numpy(sup).view(B, H, Nq)[:, :, r]
+    job.run(work, threads, _MAX_BLOCK_ROWS)
+    return job.result(v, rows)

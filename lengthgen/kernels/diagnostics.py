@@ -24,9 +24,11 @@ __all__ = [
     "row_diagnostics",
 ]
 
-#: Diagnostic rows per attention call (per layer). The dispersion measures are means, and every
-#: diagnostic row costs a pass over its visible keys that the fast paths would not otherwise make.
-DIAGNOSTIC_ROWS = 2048
+#: Diagnostic rows per attention call (per layer). The dispersion measures are means (over
+#: 512 rows × heads × batch × layers, thousands of rows per length), and on the fused softmax path
+#: every diagnostic row costs one more pass over its visible keys: 2,048 rows made evaluation at
+#: 4,096 tokens cost 3.3× SDPA, most of it diagnostics (benchmarks/README.md).
+DIAGNOSTIC_ROWS = 512
 
 
 @dataclass(frozen=True)
