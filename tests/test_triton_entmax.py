@@ -257,3 +257,18 @@ def test_cuda_long_sequence_memory_is_linear():
     n = 1024
     r = reference(q[:, :, :n], k[:, :, :n], v[:, :, :n], 1.5)
     assert (o[:, :, :n].double() - r).abs().max().item() <= 2e-2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CUDA, reason="on a GPU, run the full benchmark instead")
+def test_gpu_benchmark_script_runs_in_smoke_mode():
+    """benchmarks/kernel_gpu.py is only ever run on a GPU session; --smoke proves it is not broken."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": root}
+    proc = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "kernel_gpu.py"), "--smoke"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "correctness ok" in proc.stdout and "FAIL" not in proc.stdout
+    assert "entmax triton 1024 rows" in proc.stdout and "softmax flex" in proc.stdout

@@ -35,6 +35,8 @@ The rows' log-sum-exps also give the diagnostics' probabilities exactly: p = exp
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -116,41 +118,49 @@ class _Rows:
 
 
 def _kernel_part(
-    rows: _Rows, k: Tensor, v: Tensor, slope: float, ref: int, first_key: int, scale: float,
-    want_entropy: bool, causal_square: bool = False,
+    rows: _Rows, k: Tensor, v: Tensor, slopes: Tensor | None, ref: int, first_key: int, scale: float,
+    want_entropy: bool, causal_square: bool = False, parallel: bool = False,
 ) -> _Part:
     """Rows over keys first_key … first_key + Nk − 1 through the CPU kernel.
 
-    The slope enters as the channel +θ·slope·(j − ref) (q gets θ·slope/scale, k gets j − ref); the
-    log-sum-exp is returned in true units (−θ·slope·(pos − ref) added back). ``want_entropy``: the
+    ``slopes`` (h,) or None. A slope enters as the channel +θ·slope·(j − ref) (q gets
+    θ·slope/scale, k gets j − ref); the log-sum-exp is returned in true units (−θ·slope·(pos − ref)
+    added back). ``want_entropy``: the
     values are [k, j − ref] and the entropy LSE − E_p[θz] is returned instead of an output (the
     first pass of adaptive temperature, the diagnostics), taken in the kernel's units where both
     terms are small. ``causal_square``: rows and keys are the same positions, masked
-    causally inside the kernel.
+    causally inside the kernel. ``parallel``: a call big enough for every core (the rest runs
+    single-threaded, see ``_intra_op_threads``).
     """
     q = rows.scaled_q()
     n_keys = k.shape[2]
-    if slope != 0.0:
+    if slopes is not None:
         rel = torch.arange(first_key - ref, first_key - ref + n_keys, dtype=k.dtype).view(1, 1, -1, 1)
-        channel = (rows.theta[..., None] if rows.theta is not None else q.new_ones(())) * (slope / scale)
+        channel = (rows.theta[..., None] if rows.theta is not None else q.new_ones(())) * (
+            slopes.to(q.dtype).view(1, -1, 1, 1) / scale
+        )
         q = torch.cat((q, channel.expand(*q.shape[:3], 1)), dim=-1)
         k = torch.cat((k, rel.expand(*k.shape[:3], 1)), dim=-1)
     values = k if want_entropy else v
     width = max(q.shape[-1], values.shape[-1])
-    out, lse = _flash_op()(
-        _pad_last(q, width), _pad_last(k, width), _pad_last(values, width), 0.0, causal_square, scale=scale
-    )
-    shift = -slope * rows.factor() * (rows.pos - ref).to(lse.dtype)  # the true row constant
+    args = (_pad_last(q, width), _pad_last(k, width), _pad_last(values, width), 0.0, causal_square)
+    if parallel:
+        with _intra_op_threads(_PARALLEL_THREADS):
+            out, lse = _flash_op()(*args, scale=scale)
+    else:
+        out, lse = _flash_op()(*args, scale=scale)
+    shift = 0.0  # the true row constant −θ·slope·(pos − ref)
+    if slopes is not None:
+        shift = -slopes.to(lse.dtype).view(1, -1, 1) * rows.factor() * (rows.pos - ref).to(lse.dtype)
     if not want_entropy:
         return _Part(lse + shift, out=out[..., : v.shape[-1]])
     return _Part(lse + shift, entropy=lse - scale * torch.linalg.vecdot(q, out[..., : q.shape[-1]]))
 
 
 def _direct_part(
-    rows: _Rows, k: Tensor, v: Tensor, slope: float, first_key: int, scale: float, want_entropy: bool
+    rows: _Rows, k: Tensor, v: Tensor, slopes: Tensor | None, first_key: int, scale: float, want_entropy: bool
 ) -> _Part:
     """Rows over the short key span first_key … scored directly: exact causal mask and bias."""
-    slopes = None if slope == 0.0 else torch.tensor([slope], dtype=rows.q.dtype)
     z = score_block(rows.q, k, rows.pos - first_key, slopes, scale, causal=True)
     if rows.theta is not None:
         z.mul_(rows.theta[..., None])
@@ -193,14 +203,19 @@ def _window(slope: float, scale: float, q_norm: float, k_norm: float) -> int:
 
 
 def _head_group(
-    q: Tensor, k: Tensor, v: Tensor, theta: Tensor | None, prob: AttnProblem, slope: float, want_entropy: bool
+    q: Tensor, k: Tensor, v: Tensor, theta: Tensor | None, prob: AttnProblem, slopes: Tensor,
+    want_entropy: bool,
 ) -> _Part:
-    """Softmax attention of the heads sharing ``slope`` (q: (B, h, Nq, D)) for sorted rows."""
+    """Softmax attention of a group of heads with these ``slopes`` (h,); q: (B, h, Nq, D), rows
+    sorted by position."""
     pos, scale = prob.q_positions, prob.scale
+    sloped = slopes if bool(slopes.any()) else None
     if not prob.causal:  # every row sees every key; the engine sends no slope here
-        return _kernel_part(_Rows(q, pos, theta), k, v, 0.0, 0, 0, scale, want_entropy)
-    if prob.full_rows and slope == 0.0:
-        return _kernel_part(_Rows(q, pos, theta), k, v, 0.0, 0, 0, scale, want_entropy, causal_square=True)
+        return _kernel_part(_Rows(q, pos, theta), k, v, None, 0, 0, scale, want_entropy, parallel=True)
+    if prob.full_rows and sloped is None:
+        return _kernel_part(
+            _Rows(q, pos, theta), k, v, None, 0, 0, scale, want_entropy, causal_square=True, parallel=True
+        )
     B, h, nq, _ = q.shape
     result = _Part(
         q.new_empty((B, h, nq)),
@@ -208,43 +223,45 @@ def _head_group(
         q.new_empty((B, h, nq)) if want_entropy else None,
     )
     pos_list = pos.tolist()
-    q_norm = torch.linalg.vector_norm(q, dim=-1).amax(dim=0) if slope > 0.0 else None  # (h, Nq)
-    k_norm = torch.linalg.vector_norm(k, dim=-1).amax(dim=(0, 2)) if slope > 0.0 else None  # (h,)
+    slope_list = slopes.tolist()
+    windowed = sloped is not None and min(slope_list) > 0.0
+    if windowed:
+        q_norm = torch.linalg.vector_norm(q, dim=-1).amax(dim=0)  # (h, Nq)
+        k_norm = torch.linalg.vector_norm(k, dim=-1).amax(dim=(0, 2)).tolist()  # (h,)
 
-    def work(head: int, start: int, rows: int, keys: int, _buf: Tensor) -> int:
-        """One head, one block of rows: shared keys through the kernel, later keys merged in."""
+    def work(start: int, rows: int, _keys: int, _none: int, _buf: Tensor) -> int:
+        """One block of rows, every head of the group: shared keys through the kernel, later
+        keys merged in."""
         stop = start + rows
         first, last = pos_list[start], pos_list[stop - 1]
         lo = 0
-        if q_norm is not None and k_norm is not None:
-            reach = _window(slope, scale, float(q_norm[head, start:stop].max()), float(k_norm[head]))
-            lo = max(0, first - reach)
-        one = slice(head, head + 1)
-        theta_rows = None if theta is None else theta[:, one, start:stop]
-        block = _Rows(q[:, one, start:stop], pos[start:stop], theta_rows)
+        if windowed:
+            lo = max(0, first - max(
+                _window(slope_list[head], scale, float(q_norm[head, start:stop].max()), k_norm[head])
+                for head in range(h)
+            ))
+        theta_rows = None if theta is None else theta[:, :, start:stop]
+        block = _Rows(q[:, :, start:stop], pos[start:stop], theta_rows)
         shared = slice(lo, first + 1)  # keys every row of the block sees
-        ks, vs = k[:, one, shared], v[:, one, shared]
-        part = _kernel_part(block, ks, vs, slope, first, lo, scale, want_entropy)
-        _store(result, part, one, start, stop)
+        part = _kernel_part(block, k[:, :, shared], v[:, :, shared], sloped, first, lo, scale, want_entropy)
+        _store(result, part, start, stop)
         if last > first:
             later_theta = None if theta_rows is None else theta_rows[:, :, 1:]
             later = _Rows(block.q[:, :, 1:], block.pos[1:], later_theta)
             span = slice(first + 1, last + 1)  # keys only the later rows see
+            ks, vs = k[:, :, span], v[:, :, span]
             if last - first == rows - 1:  # consecutive rows: a causal square, inside the kernel
                 center = first + 1 + (last - first - 1) // 2
-                tail = _kernel_part(
-                    later, k[:, one, span], v[:, one, span], slope, center, first + 1, scale, want_entropy,
-                    causal_square=True,
-                )
+                tail = _kernel_part(later, ks, vs, sloped, center, first + 1, scale, want_entropy,
+                                    causal_square=True)
             else:
-                ks, vs = k[:, one, span], v[:, one, span]
-                tail = _direct_part(later, ks, vs, slope, first + 1, scale, want_entropy)
-            _store(result, _merge(_slice(part, 1), tail), one, start + 1, stop)
+                tail = _direct_part(later, ks, vs, sloped, first + 1, scale, want_entropy)
+            _store(result, _merge(_slice(part, 1), tail), start + 1, stop)
         return 0
 
-    items = [(head, start, stop - start, pos_list[stop - 1] + 1) for head in range(h)
-             for start, stop in _blocks(pos_list, B, slope)]
-    run_blocks(work, items, 0, None)
+    steepest = max(abs(x) for x in slope_list)
+    items = [(start, stop - start, 1, 0) for start, stop in _blocks(pos_list, B * h, steepest)]
+    run_blocks(work, items, 0, _PARALLEL_THREADS)
     return result
 
 
@@ -257,37 +274,52 @@ def _slice(part: _Part, start: int) -> _Part:
     )
 
 
-def _store(result: _Part, part: _Part, heads: slice, start: int, stop: int) -> None:
-    result.lse[:, heads, start:stop] = part.lse
+def _store(result: _Part, part: _Part, start: int, stop: int) -> None:
+    result.lse[:, :, start:stop] = part.lse
     if result.out is not None and part.out is not None:
-        result.out[:, heads, start:stop] = part.out
+        result.out[:, :, start:stop] = part.out
     if result.entropy is not None and part.entropy is not None:
-        result.entropy[:, heads, start:stop] = part.entropy
+        result.entropy[:, :, start:stop] = part.entropy
 
 
 def _attend(
     q: Tensor, k: Tensor, v: Tensor, theta: Tensor | None, prob: AttnProblem, want_entropy: bool
 ) -> _Part:
-    """Every head, grouped by slope, for sorted query rows."""
+    """Every head, by head group (``_head_groups``), for sorted query rows."""
     B, H, nq, _ = q.shape
-    slopes = prob.slopes.tolist()
     lse = q.new_empty((B, H, nq))
     out = None if want_entropy else q.new_empty((B, H, nq, v.shape[-1]))
     entropy = q.new_empty((B, H, nq)) if want_entropy else None
-    for slope in sorted(set(slopes)):
-        heads = [h for h in range(H) if slopes[h] == slope]
+    for heads in _head_groups(prob.slopes.tolist()):
         index = torch.tensor(heads)
 
         def pick(t: Tensor | None, index: Tensor = index, every: bool = len(heads) == H) -> Tensor | None:
             return t if t is None or every else t.index_select(1, index)
 
-        part = _head_group(pick(q), pick(k), pick(v), pick(theta), prob, slope, want_entropy)  # type: ignore[arg-type]
+        slopes = prob.slopes[index].to(q.dtype)
+        group = (pick(q), pick(k), pick(v), pick(theta))
+        part = _head_group(*group, prob, slopes, want_entropy)  # type: ignore[arg-type]
         lse[:, heads] = part.lse
         if out is not None and part.out is not None:
             out[:, heads] = part.out
         if entropy is not None and part.entropy is not None:
             entropy[:, heads] = part.entropy
     return _Part(lse, out, entropy)
+
+
+def _head_groups(slopes: list[float]) -> list[list[int]]:
+    """Heads without a slope together (one causal call); sloped heads together while their slopes
+    are within 4× of each other (one call per block for all of them: the steepest head's window
+    grows to the gentlest's, which costs less than a second round of small calls)."""
+    flat = [h for h, s in enumerate(slopes) if s == 0.0]
+    groups = [flat] if flat else []
+    current: list[int] = []
+    for h in sorted((h for h, s in enumerate(slopes) if s != 0.0), key=lambda h: -slopes[h]):
+        if current and slopes[current[0]] > 4 * slopes[h]:
+            groups.append(current)
+            current = []
+        current.append(h)
+    return groups + ([current] if current else [])
 
 
 def _attend_rows(
@@ -321,20 +353,41 @@ def fused_path(
         raise ValueError(f"the fused CPU path runs on CPU tensors, got {q.device}")
     if not prob.causal and prob.has_alibi:
         raise ValueError("the fused softmax path takes ALiBi slopes only with causal masking")
+    global _PARALLEL_THREADS
     cd = compute_dtype(q.dtype)
-    qc, kc, vc = q.to(cd), k.to(cd), v.to(cd)
-    theta = None
-    if isinstance(normalizer, AdaptiveTemperature):
-        first = _attend_rows(qc, kc, kc, None, prob, want_entropy=True)
-        assert first.entropy is not None
-        theta = theta_from_entropy(first.entropy)
-    result = _attend_rows(qc, kc, vc, theta, prob, want_entropy=False)
-    assert result.out is not None
-    out = result.out.to(v.dtype)
-    if rows is None:
-        return out, None, None
-    entropy, support = _diagnostics(qc, kc, prob, rows, result.lse, theta)
-    return out, entropy, support
+    _PARALLEL_THREADS = torch.get_num_threads()
+    with _intra_op_threads(1):
+        qc, kc, vc = q.to(cd), k.to(cd), v.to(cd)
+        theta = None
+        if isinstance(normalizer, AdaptiveTemperature):
+            first = _attend_rows(qc, kc, kc, None, prob, want_entropy=True)
+            assert first.entropy is not None
+            theta = theta_from_entropy(first.entropy)
+        result = _attend_rows(qc, kc, vc, theta, prob, want_entropy=False)
+        assert result.out is not None
+        out = result.out.to(v.dtype)
+        if rows is None:
+            return out, None, None
+        entropy, support = _diagnostics(qc, kc, prob, rows, result.lse, theta)
+        return out, entropy, support
+
+
+#: The caller's thread count while the path runs single-threaded glue (``_intra_op_threads``).
+_PARALLEL_THREADS = torch.get_num_threads()
+
+
+@contextmanager
+def _intra_op_threads(n: int) -> Iterator[None]:
+    """Run the glue single-threaded: only the one big kernel call (``_kernel_part`` with
+    ``parallel``) and the worker threads of ``run_blocks`` use the cores. On a busy 2-core machine
+    each small multi-threaded torch op waited for a descheduled OpenMP thread (measured: a quarter
+    of the path's time at 16,384 tokens)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def _diagnostics(
@@ -387,7 +440,8 @@ def _count_above(qs: Tensor, k: Tensor, prob: AttnProblem, threshold: Tensor) ->
         return 0
 
     items = [(bh, start, stop - start, keys) for bh in range(B * H) for start, stop, keys in blocks]
-    run_blocks(work, items, max((stop - start) * keys for start, stop, keys in blocks), None)
+    buffer = max((stop - start) * keys for start, stop, keys in blocks)
+    run_blocks(work, items, buffer, _PARALLEL_THREADS)
     return counts
 
 
