@@ -25,10 +25,11 @@ MIN_CHUNK_ROWS = 64
 MAX_CHUNK_ENTRIES = 1 << 25
 #: Score entries per block for the fused CPU kernels, which write every block into one buffer
 #: reused by their worker thread: nothing is allocated per block, so the row floor above has
-#: nothing to prevent, while a buffer past the cache costs time. Measured on the fused α-entmax
-#: kernel at 65,536 keys (2 threads): 8 MiB buffers (32 rows) 19.6 s, 16 MiB (the 64-row floor)
-#: 24.7-29.2 s, 4 MiB (16 rows) 21.9 s.
-BUFFER_ENTRIES = 1 << 21
+#: nothing to prevent, while buffers past the cache cost time (two threads share the L3).
+#: Measured on the fused α-entmax kernel, 2 threads: at 16,384 keys 4 MiB buffers ran at
+#: 0.94-0.96× SDPA against 1.16-1.64× for 8 MiB; at 65,536 keys the 64-row floor (16 MiB)
+#: took 24.7-29.2 s against 17.7-19.6 s for 4-8 MiB.
+BUFFER_ENTRIES = 1 << 20
 
 
 def should_materialize(entries: int, needs_grad: bool) -> bool:
@@ -41,7 +42,7 @@ def chunk_rows(entries_per_row: int, reused_buffer: bool = False) -> int:
     (``reused_buffer``: BUFFER_ENTRIES, no floor; see there)."""
     per_row = max(1, entries_per_row)
     if reused_buffer:
-        return max(1, min(BUFFER_ENTRIES, 2 * CHUNK_ENTRIES) // per_row)  # forced_chunking shrinks both
+        return max(1, min(BUFFER_ENTRIES, CHUNK_ENTRIES) // per_row)  # forced_chunking shrinks both
     return max(1, CHUNK_ENTRIES // per_row, min(MIN_CHUNK_ROWS, MAX_CHUNK_ENTRIES // per_row))
 
 

@@ -12,14 +12,17 @@ against SDPA's ~1 ns per score.
 
 How:
 
-* heads without a slope, full causal rows: one causal SDPA-kernel call over all their rows;
-* every other case, per block of sorted query rows starting at position p: the keys every row of
-  the block sees (``[lo, p]``) go through the kernel non-causally, the few keys after p that only
-  some rows see (``(p, last]``) are scored directly (a rows × span block), and the two parts merge
-  by their log-sum-exps. Softmax ignores a per-row constant, so inside the kernel call the bias
-  −m(i − j) becomes +m(j − p) — one extra q/k channel (q gets m/scale, k gets j − p); its true
-  row constant −m(i − p) is added back to the part's log-sum-exp. Only keys where it matters
-  (|bias| small) ever see the rounding of that channel;
+* heads without a slope, full causal rows: one causal SDPA-kernel call over all their rows (the
+  only call that uses every core; the rest runs single-threaded glue and per-block workers);
+* every other case, per block of sorted query rows starting at position p (sloped heads within
+  4× of each other together): the keys every row of the block sees (``[lo, p]``) go through the
+  kernel non-causally; the keys after p that only the later rows see go through it as a causal
+  square when the rows are consecutive, or are scored directly (a rows × span block, span under
+  256 keys) when they are not; the parts merge by their log-sum-exps. Softmax ignores a per-row
+  constant, so inside a kernel call the bias −m(i − j) becomes +m(j − ref) — one extra q/k
+  channel (q gets m/scale, k gets j − ref); the true row constant −m(i − ref) is added back to
+  the part's log-sum-exp. Blocks are short enough (``CHANNEL_REACH``) that the keys a row cares
+  about see that channel at magnitudes fp32 rounds to about 1e-6;
 * ALiBi heads skip keys further left than ``lo``: for row i, z_ij − max_j z_ij ≤ 2·scale·|q_i|·max|k|
   − m(i − j), so the keys beyond the window carry at most ``WINDOW_EPS`` of the row's weight
   (bounded, not guessed), which leaves the output within 2·WINDOW_EPS·max|v| of exact;
@@ -29,7 +32,9 @@ How:
   which θ's polynomial (slope ≈ 2) and θ·z turn into output errors up to about 2e-5 on peaked
   rows, against about 1e-6 for plain softmax; an fp64 first pass cost 3.2× the fp32 one.
 
-The rows' log-sum-exps also give the diagnostics' probabilities exactly: p = exp(θz − LSE).
+Diagnostics: the entropy of the diagnostic rows from one more kernel pass over just those rows
+(the same first-pass machinery), their support by counting, on BLAS score blocks, the keys whose
+p = exp(θz − LSE) is a positive float32.
 """
 
 from __future__ import annotations
