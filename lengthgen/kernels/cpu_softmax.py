@@ -16,13 +16,13 @@ How:
   only call that uses every core; the rest runs single-threaded glue and per-block workers);
 * every other case, per block of sorted query rows starting at position p (sloped heads within
   4× of each other together): the keys every row of the block sees (``[lo, p]``) go through the
-  kernel non-causally; the keys after p that only the later rows see go through it as a causal
-  square when the rows are consecutive, or are scored directly (a rows × span block, span under
-  256 keys) when they are not; the parts merge by their log-sum-exps. Softmax ignores a per-row
-  constant, so inside a kernel call the bias −m(i − j) becomes +m(j − ref) — one extra q/k
-  channel (q gets m/scale, k gets j − ref); the true row constant −m(i − ref) is added back to
-  the part's log-sum-exp. Blocks are short enough (``CHANNEL_REACH``) that the keys a row cares
-  about see that channel at magnitudes fp32 rounds to about 1e-6;
+  kernel non-causally; the keys after p that only the later rows see (under 256 of them) are
+  scored directly with the exact bias — or, for heads without a slope and consecutive rows,
+  through the kernel as a causal square; the parts merge by their log-sum-exps. Softmax ignores
+  a per-row constant, so inside a kernel call the bias −m(i − j) becomes +m(j − p) — one extra
+  q/k channel (q gets m/scale, k gets j − p ≤ 0); the true row constant −m(i − p) is added back
+  to the part's log-sum-exp. The keys a row cares about sit near p, where that channel is small,
+  so fp32 rounds it to about 1e-6; where it is large the part's weight is negligible anyway;
 * ALiBi heads skip keys further left than ``lo``: for row i, z_ij − max_j z_ij ≤ 2·scale·|q_i|·max|k|
   − m(i − j), so the keys beyond the window carry at most ``WINDOW_EPS`` of the row's weight
   (bounded, not guessed), which leaves the output within 2·WINDOW_EPS·max|v| of exact;
@@ -61,9 +61,6 @@ __all__ = ["fused_path", "flash_unavailable_reason"]
 WINDOW_EPS = 2.0**-30
 #: Query rows per kernel call: the CPU kernel's largest query split.
 FLASH_ROWS = 256
-#: Largest |slope·(j − ref)| the bias channel carries for a key a row cares about inside a causal
-#: square (fp32 rounds it to 1e-6): sloped heads take at most 2·this/slope rows per block.
-CHANNEL_REACH = 16.0
 
 
 def _flash_op():  # noqa: ANN202
@@ -177,16 +174,14 @@ def _direct_part(
     return _Part(lse, out=torch.matmul(p, v))
 
 
-def _blocks(pos: list[int], batch: int, slope: float) -> list[tuple[int, int]]:
+def _blocks(pos: list[int], batch: int) -> list[tuple[int, int]]:
     """Consecutive sorted rows whose later keys (after the first row's) span under FLASH_ROWS keys.
 
-    At most FLASH_ROWS rows (fewer on steep heads, see CHANNEL_REACH), and the directly scored
-    part within the chunking budget (rows × span × batch ≤ CHUNK_ENTRIES). Bounding the span
+    At most FLASH_ROWS rows, and the directly scored part within the chunking budget
+    (rows × span × batch ≤ CHUNK_ENTRIES). Bounding the span
     keeps the work outside the kernel below FLASH_ROWS keys per row however sparse the rows are.
     """
     limit = max(1, min(FLASH_ROWS, chunking.CHUNK_ENTRIES))
-    if slope > 0.0:
-        limit = max(1, min(limit, int(2 * CHANNEL_REACH / slope) + 1))
     blocks = []
     start = 0
     while start < len(pos):
@@ -255,17 +250,14 @@ def _head_group(
             later = _Rows(block.q[:, :, 1:], block.pos[1:], later_theta)
             span = slice(first + 1, last + 1)  # keys only the later rows see
             ks, vs = k[:, :, span], v[:, :, span]
-            if last - first == rows - 1:  # consecutive rows: a causal square, inside the kernel
-                center = first + 1 + (last - first - 1) // 2
-                tail = _kernel_part(later, ks, vs, sloped, center, first + 1, scale, want_entropy,
-                                    causal_square=True)
+            if sloped is None and last - first == rows - 1:  # consecutive rows: a causal square
+                tail = _kernel_part(later, ks, vs, None, 0, first + 1, scale, want_entropy, True)
             else:
                 tail = _direct_part(later, ks, vs, sloped, first + 1, scale, want_entropy)
             _store(result, _merge(_slice(part, 1), tail), start + 1, stop)
         return 0
 
-    steepest = max(abs(x) for x in slope_list)
-    items = [(start, stop - start, 1, 0) for start, stop in _blocks(pos_list, B * h, steepest)]
+    items = [(start, stop - start, 1, 0) for start, stop in _blocks(pos_list, B * h)]
     run_blocks(work, items, 0, _PARALLEL_THREADS)
     return result
 
