@@ -320,7 +320,7 @@ def test_bad_file_specs(tmp_path: Path) -> None:
 def test_api_exports() -> None:
     for name in api.__all__:
         assert getattr(api, name) is not None
-    assert api.AttentionBackend is ATTENTION.get("softmax").__mro__[1]
+    assert api.AttentionBackend in ATTENTION.get("softmax").__mro__  # the built-ins' own base class
     assert issubclass(TASKS.get("copy"), api.Task)
     doc = api.__doc__ or ""
     for promise in ("normalize", "query_scale", "chunked", "diagnostics", "leaderboard", "file.py:ClassName"):

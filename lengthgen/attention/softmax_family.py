@@ -15,15 +15,20 @@ from lengthgen.functional.scales import SSMaxScale
 from lengthgen.kernels import normalizers
 
 
-class Softmax(AttentionBackend):
+class SoftmaxFamilyBackend(AttentionBackend):
+    """A backend whose ``normalizer`` the engine has fused kernels for; ``normalize`` is that
+    normalizer's definition (``lengthgen.functional.normalizers``)."""
+
+    def normalize(self, scores: torch.Tensor) -> torch.Tensor:
+        return self.normalizer().probs(scores).to(scores.dtype)
+
+
+class Softmax(SoftmaxFamilyBackend):
     name = "softmax"
     description = "standard softmax attention (disperses as length grows)"
 
     def normalizer(self) -> normalizers.Normalizer:
         return normalizers.Softmax()
-
-    def normalize(self, scores: torch.Tensor) -> torch.Tensor:
-        return self.normalizer().probs(scores).to(scores.dtype)
 
 
 class SSMax(Softmax):
@@ -44,7 +49,7 @@ class AdaptiveTemperatureOptions(BackendOptions):
     apply_in_training: bool = Field(False, description="also sharpen during training (original: off)")
 
 
-class AdaptiveTemperature(AttentionBackend):
+class AdaptiveTemperature(SoftmaxFamilyBackend):
     """Softmax sharpened per row by θ(entropy) (``lengthgen.functional.temperature``).
 
     By default θ is applied at inference only, as in the original.
@@ -60,15 +65,12 @@ class AdaptiveTemperature(AttentionBackend):
             return normalizers.Softmax()
         return normalizers.AdaptiveTemperature()
 
-    def normalize(self, scores: torch.Tensor) -> torch.Tensor:
-        return self.normalizer().probs(scores).to(scores.dtype)
-
 
 class TopKOptions(BackendOptions):
     k: int = Field(8, ge=1, description="number of keys kept per row")
 
 
-class TopK(AttentionBackend):
+class TopK(SoftmaxFamilyBackend):
     """Softmax over the k largest scores of each row (a hard-sparsity baseline)."""
 
     name = "topk"
@@ -78,9 +80,6 @@ class TopK(AttentionBackend):
 
     def normalizer(self) -> normalizers.Normalizer:
         return normalizers.TopK(self.options.k)
-
-    def normalize(self, scores: torch.Tensor) -> torch.Tensor:
-        return self.normalizer().probs(scores).to(scores.dtype)
 
 
 #: Registered by ``lengthgen.attention`` under their ``name``.
