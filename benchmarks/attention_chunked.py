@@ -1,14 +1,15 @@
-"""The generic chunked evaluation path (softmax family, plugins): rows per chunk, old vs new.
+"""The generic chunked path (plugin normalizers, fallback of every fused kernel): rows per block.
 
 Usage:
     python benchmarks/attention_chunked.py [--lengths 16384,32768] [--heads 4] [--dim 32]
 
-Every chunk re-reads all visible keys and values, and its score block grows with the visible keys.
-The old policy sized chunks by score entries alone (2^20), which leaves 4 query rows per chunk at
-65,536 keys; the new one keeps at least MIN_CHUNK_ROWS rows. Both are timed here in one process on
-the same inputs (softmax under NAPE slopes, causal, B = 1), new first, and their outputs compared.
-"peak MiB" is the process's peak resident memory after each call (so the old path's column is the
-peak of both).
+Every block re-reads all visible keys and values, and its score block grows with the visible
+keys. The old policy sized blocks by score entries alone (2^20), which leaves 4 query rows per
+block at 65,536 keys; the one policy now (``lengthgen.kernels.chunking``) keeps at least
+MIN_CHUNK_ROWS rows. Both are timed here in one process on the same inputs (softmax under NAPE
+slopes, causal, B = 1, the engine's ``chunked`` path), new first, and their outputs compared.
+"peak MiB" is the process's peak resident memory after each call (so the old path's column is
+the peak of both).
 """
 
 from __future__ import annotations
@@ -19,22 +20,24 @@ import time
 
 import torch
 
-from lengthgen.attention import backend as backend_module
-from lengthgen.attention.backend import LayerSpec
-from lengthgen.attention.positions import get_position_scheme
-from lengthgen.baselines.softmax import Softmax
+from lengthgen.functional.positions import POSITION_SCHEMES
+from lengthgen.kernels import chunking
+from lengthgen.kernels.engine import attend
+from lengthgen.kernels.normalizers import Softmax
 
 
-def timed(backend: Softmax, inputs: tuple[torch.Tensor, ...], min_rows: int) -> tuple[float, torch.Tensor]:
-    saved = backend_module.MIN_CHUNK_ROWS
-    backend_module.MIN_CHUNK_ROWS = min_rows
+def timed(
+    inputs: tuple[torch.Tensor, ...], slopes: torch.Tensor, min_rows: int
+) -> tuple[float, torch.Tensor]:
+    saved = chunking.MIN_CHUNK_ROWS
+    chunking.MIN_CHUNK_ROWS = min_rows
     try:
         start = time.perf_counter()
         with torch.no_grad():
-            out = backend(*inputs)
+            out, _ = attend(*inputs, Softmax(), alibi_slopes=slopes, impl="chunked")
         return time.perf_counter() - start, out
     finally:
-        backend_module.MIN_CHUNK_ROWS = saved
+        chunking.MIN_CHUNK_ROWS = saved
 
 
 def peak_mib() -> int:
@@ -49,26 +52,21 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--dim", type=int, default=32)
     args = parser.parse_args()
-    scheme = get_position_scheme("nape")
-    slopes = torch.tensor(scheme.slopes(args.heads))
-    spec = LayerSpec(args.heads, args.heads * args.dim, args.dim, 0, tuple(scheme.scaled_heads(args.heads)))
-    backend = Softmax(spec).eval()
+    slopes = torch.tensor(POSITION_SCHEMES["nape"].slopes(args.heads))
     print(f"threads={torch.get_num_threads()} heads={args.heads} dim={args.dim} "
-          f"MIN_CHUNK_ROWS={backend_module.MIN_CHUNK_ROWS}")
+          f"MIN_CHUNK_ROWS={chunking.MIN_CHUNK_ROWS}")
     print(f"{'N':>7} {'rows old':>8} {'rows new':>8} {'old s':>8} {'new s':>8} {'speed-up':>8} "
           f"{'max |diff|':>10} {'peak new':>9} {'peak old':>9}")
     for n in (int(x) for x in args.lengths.split(",")):
         gen = torch.Generator().manual_seed(n)
-        q, k, v = (torch.randn(1, args.heads, n, args.dim, generator=gen) for _ in range(3))
-        x = torch.zeros(1, n, args.heads * args.dim)
-        inputs = (q, k, v, x, torch.arange(n), slopes, None)
-        new_s, new = timed(backend, inputs, backend_module.MIN_CHUNK_ROWS)
+        inputs = tuple(torch.randn(1, args.heads, n, args.dim, generator=gen) for _ in range(3))
+        new_s, new = timed(inputs, slopes, chunking.MIN_CHUNK_ROWS)
         new_peak = peak_mib()
-        old_s, old = timed(backend, inputs, 1)
+        old_s, old = timed(inputs, slopes, 1)
         old_peak = peak_mib()
         per_row = args.heads * n
-        old_rows = max(1, backend_module.CHUNK_ENTRIES // per_row)
-        print(f"{n:>7} {old_rows:>8} {backend_module.chunk_rows(per_row):>8} {old_s:>8.2f} {new_s:>8.2f} "
+        old_rows = max(1, chunking.CHUNK_ENTRIES // per_row)
+        print(f"{n:>7} {old_rows:>8} {chunking.chunk_rows(per_row):>8} {old_s:>8.2f} {new_s:>8.2f} "
               f"{old_s / new_s:>8.2f} {float((old - new).abs().max()):>10.2e} {new_peak:>9} {old_peak:>9}",
               flush=True)
 

@@ -21,12 +21,12 @@ scores, e.g. a learned length-aware scale; use ``spec.scaled_mask()`` / ``self.s
 leave NAPE's ALiBi heads alone and ``log_visible`` for log n), ``__init__(spec, options)`` for
 parameters (call ``super().__init__`` first; ``spec`` is the ``LayerSpec``), and ``attend`` to
 replace the execution path altogether (a fused kernel: it must then equal
-``normalize(score_block(...)) @ v`` and feed ``row_diagnostics`` into ``stats``, which
-``lengthgen.testing.check_backend`` verifies).
+``normalize(score_block(...)) @ v`` and feed ``row_diagnostics`` of the diagnostic rows into
+``stats``, which ``lengthgen.testing.check_backend`` verifies).
 
 What a backend gets for free: causal masking; the position schemes (NAPE, ALiBi, RoPE, NoPE);
-a materialized path for training and an exact chunked path that evaluates at 1024× the
-training length without ever allocating n×n scores; computing only the scored query rows;
+the attention engine's materialized path for training and exact chunked path that evaluates at
+1024× the training length without ever allocating n×n scores; computing only the scored query rows;
 attention diagnostics (normalized entropy, support size); training, checkpoint selection,
 evaluation with confidence intervals, ``results.parquet``, accuracy-vs-length plots, sweeps and
 the leaderboard.
@@ -67,10 +67,10 @@ from lengthgen.attention.backend import (
     AttentionStats,
     BackendOptions,
     LayerSpec,
-    log_visible,
     row_diagnostics,
     score_block,
 )
+from lengthgen.functional.positions import log_visible
 from lengthgen.registry import PluginLoadError, PluginWarning, RegistryError, UnknownNameError
 from lengthgen.tasks import TASKS, get_task, register_task
 from lengthgen.tasks.base import Task, TaskBatch, TaskConfig, TaskInputError, Vocab, seq2seq_view

@@ -39,7 +39,6 @@ import torch
 import torch.nn.functional as F
 
 from lengthgen.attention import ATTENTION
-from lengthgen.attention import backend as backend_module
 from lengthgen.attention.backend import (
     AttentionBackend,
     AttentionStats,
@@ -48,6 +47,7 @@ from lengthgen.attention.backend import (
     score_block,
 )
 from lengthgen.attention.positions import POSITION_SCHEMES, get_position_scheme
+from lengthgen.kernels import chunking
 from lengthgen.model import ModelConfig, Transformer
 
 BackendLike = type[AttentionBackend] | str
@@ -109,19 +109,21 @@ def make_model(backend: BackendLike, pos: str = "nape", options: dict[str, Any] 
 
 @contextmanager
 def forced_chunking(chunk_entries: int = 1) -> Iterator[None]:
-    """Make the default execution path chunk every call made without gradients.
+    """Make every call made without gradients take a long-sequence path, in small blocks.
 
-    ``chunk_entries`` is the score budget per chunk (B·H·rows·keys); 1 means one query row per chunk.
+    ``chunk_entries`` is the score budget per block (rows × keys × heads scored together); 1 means
+    one query row per block. Built-in backends then run their fused kernels, plugins the generic
+    chunked path.
     """
     names = ("MATERIALIZE_LIMIT", "CHUNK_ENTRIES", "MIN_CHUNK_ROWS")
-    saved = [getattr(backend_module, name) for name in names]
+    saved = [getattr(chunking, name) for name in names]
     for name, value in zip(names, (0, chunk_entries, 1), strict=True):
-        setattr(backend_module, name, value)
+        setattr(chunking, name, value)
     try:
         yield
     finally:
         for name, value in zip(names, saved, strict=True):
-            setattr(backend_module, name, value)
+            setattr(chunking, name, value)
 
 
 def _chunk_settings(n_keys: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""Backends against their definitions (design.md §2): scales, temperature, positions, paths."""
+"""Backends against their definitions: scales, temperature, positions, paths."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from lengthgen.attention import ATTENTION
-from lengthgen.attention import backend as backend_module
-from lengthgen.attention.backend import AttentionStats, LayerSpec
+from lengthgen.attention.backend import AttentionStats, LayerSpec, row_diagnostics
 from lengthgen.attention.positions import POSITION_SCHEMES, alibi_slopes, apply_rope
-from lengthgen.baselines.adaptive_temperature import POLY_COEFFS, adaptive_theta
+from lengthgen.functional.temperature import POLY_COEFFS, adaptive_theta
+from lengthgen.kernels import chunking
 from lengthgen.model import ModelConfig, Transformer
 
 SOFTMAX_FAMILY = ["softmax", "ssmax", "adaptive_temperature", "topk"]
@@ -156,9 +156,9 @@ def test_chunked_path_equals_materialized(name, monkeypatch):
     with torch.no_grad():
         full_stats, chunk_stats = AttentionStats(), AttentionStats()
         full = backend(q, k, v, x, positions, slopes, full_stats)
-        monkeypatch.setattr(backend_module, "MATERIALIZE_LIMIT", 0)
-        monkeypatch.setattr(backend_module, "CHUNK_ENTRIES", 2 * 4 * 37 * 5)  # 5-row blocks
-        monkeypatch.setattr(backend_module, "MIN_CHUNK_ROWS", 1)
+        monkeypatch.setattr(chunking, "MATERIALIZE_LIMIT", 0)
+        monkeypatch.setattr(chunking, "CHUNK_ENTRIES", 2 * 4 * 37 * 5)  # 5-row blocks
+        monkeypatch.setattr(chunking, "MIN_CHUNK_ROWS", 1)
         chunked = backend(q, k, v, x, positions, slopes, chunk_stats)
     torch.testing.assert_close(chunked, full, atol=1e-6, rtol=1e-5)
     assert chunk_stats.entropy == pytest.approx(full_stats.entropy, rel=1e-5)
@@ -167,7 +167,7 @@ def test_chunked_path_equals_materialized(name, monkeypatch):
 
 def test_chunk_rows_policy():
     """Rows per chunk: the entry target, at least MIN_CHUNK_ROWS unless that breaks the memory cap."""
-    from lengthgen.attention.backend import CHUNK_ENTRIES, MAX_CHUNK_ENTRIES, MIN_CHUNK_ROWS, chunk_rows
+    from lengthgen.kernels.chunking import CHUNK_ENTRIES, MAX_CHUNK_ENTRIES, MIN_CHUNK_ROWS, chunk_rows
 
     assert (CHUNK_ENTRIES, MIN_CHUNK_ROWS, MAX_CHUNK_ENTRIES) == (1 << 20, 64, 1 << 25)
     assert chunk_rows(4 * 1000) == 262  # short rows: the entry target gives plenty of rows
@@ -205,6 +205,6 @@ def test_same_seed_same_weights_and_different_seed_differs():
 def test_diagnostics_on_known_rows():
     uniform = torch.full((1, 4), 0.25)
     one_hot = torch.tensor([[0.0, 1.0, 0.0, 0.0]])
-    e, s = backend_module.row_diagnostics(torch.cat([uniform, one_hot]), torch.tensor([4, 4]))
+    e, s = row_diagnostics(torch.cat([uniform, one_hot]), torch.tensor([4, 4]))
     torch.testing.assert_close(e, torch.tensor([1.0, 0.0]))
     torch.testing.assert_close(s, torch.tensor([4.0, 1.0]))

@@ -9,7 +9,7 @@ import torch
 
 entmax_pkg = pytest.importorskip("entmax")
 
-from lengthgen.attention.entmax import entmax, entmax_forward, entmax_threshold, sparsemax  # noqa: E402
+from lengthgen.functional.entmax import entmax, entmax_forward, entmax_threshold, sparsemax  # noqa: E402
 
 ALPHAS = (1.25, 1.5, 2.0)
 

@@ -11,14 +11,14 @@ import torch
 
 entmax_pkg = pytest.importorskip("entmax")
 
-import lengthgen.kernels as kernels  # noqa: E402
-from lengthgen.kernels import cpu_entmax, entmax_attention  # noqa: E402
-from lengthgen.kernels.common import prepare  # noqa: E402
+from lengthgen.kernels import cpu_entmax, entmax_attention, fallback  # noqa: E402
 from lengthgen.kernels.cpu_entmax import fused_available, fused_entmax_attention  # noqa: E402
+from lengthgen.kernels.problem import prepare  # noqa: E402
 from lengthgen.kernels.torch_entmax import chunked_entmax_attention  # noqa: E402
+from lengthgen.testing import forced_chunking  # noqa: E402
 
 IMPLS = ["materialized", "chunked", "fused"]
-ATOL = 2e-5  # fp32 paths vs the fp64 oracle (issue target: 1e-4)
+ATOL = 2e-5  # fp32 paths vs the fp64 oracle (the exactness bound is 1e-5)
 
 needs_numba = pytest.mark.skipif(not fused_available(), reason="numba unavailable")
 
@@ -97,7 +97,8 @@ def test_stats_match_bruteforce(impl: str) -> None:
     plogp = torch.where(p > 0, p * p.clamp_min(1e-300).log(), torch.zeros_like(p))
     logn = n_vis.double().log()
     ent = torch.where(logn > 0, -plogp.sum(-1) / torch.where(logn > 0, logn, 1.0), 0.0)
-    assert set(stats) == {"entropy", "support"}
+    assert set(stats) == {"rows", "entropy", "support"}
+    assert torch.equal(stats["rows"], torch.arange(45))
     assert stats["entropy"].shape == stats["support"].shape == q.shape[:3]
     torch.testing.assert_close(stats["entropy"].double(), ent, atol=1e-4, rtol=0)
     torch.testing.assert_close(stats["support"].double(), (p > 0).sum(-1).double(), atol=0, rtol=0)
@@ -137,15 +138,17 @@ def test_fused_overflow_path_is_exact(alpha: float) -> None:
     q, k, v = inputs(Nq=70, regime="flat", seed=1)
     q[:, :, 35:] = torch.randn(q[:, :, 35:].shape)  # half flat, half random rows
     slopes = torch.tensor([0.0, 0.05, 0.0])
-    prob = prepare(q, k, v, alpha, True, slopes, None, None)
-    out, ent, sup, dense_rows = fused_entmax_attention(q, k, v, prob, True, cap=8, block_entries=600)
+    prob = prepare(q, k, v, True, slopes, None, None)
+    rows, a = torch.arange(70), torch.full((3,), alpha, dtype=torch.float64)
+    with forced_chunking(600):
+        out, ent, sup, dense_rows = fused_entmax_attention(q, k, v, prob, a, rows, cap=8)
     assert dense_rows > 0
     ref, p, _ = brute(q, k, v, alpha, slopes=slopes)
     torch.testing.assert_close(out.double(), ref, atol=ATOL, rtol=0)
     assert sup is not None
     torch.testing.assert_close(sup.double(), (p > 0).sum(-1).double(), atol=0, rtol=0)
     # The same problem with the default cap takes the sparse path only where it can.
-    out2, _, _, dense2 = fused_entmax_attention(q, k, v, prob, False)
+    out2, _, _, dense2 = fused_entmax_attention(q, k, v, prob, a, None)
     assert dense2 < dense_rows
     torch.testing.assert_close(out2.double(), ref, atol=ATOL, rtol=0)
 
@@ -154,8 +157,10 @@ def test_fused_overflow_path_is_exact(alpha: float) -> None:
 def test_chunked_overflow_path_is_exact(alpha: float) -> None:
     q, k, v = inputs(Nq=70, regime="flat", seed=2)
     q[:, :, :30] = torch.randn(q[:, :, :30].shape) * 5
-    prob = prepare(q, k, v, alpha, True, None, None, None)
-    out, _, _, dense_rows = chunked_entmax_attention(q, k, v, prob, False, cap=8, block_entries=1000)
+    prob = prepare(q, k, v, True, None, None, None)
+    with forced_chunking(1000):
+        a = torch.full((3,), alpha, dtype=torch.float64)
+        out, _, _, dense_rows = chunked_entmax_attention(q, k, v, prob, a, None, cap=8)
     assert dense_rows > 0
     ref, _, _ = brute(q, k, v, alpha)
     torch.testing.assert_close(out.double(), ref, atol=ATOL, rtol=0)
@@ -164,9 +169,11 @@ def test_chunked_overflow_path_is_exact(alpha: float) -> None:
 @needs_numba
 def test_fused_threads_and_blocks_agree() -> None:
     q, k, v = inputs(B=1, H=2, Nq=150, D=16, regime="random", seed=4)
-    prob = prepare(q, k, v, 1.5, True, torch.tensor([0.2, 0.0]), None, None)
-    one, *_ = fused_entmax_attention(q, k, v, prob, False, threads=1)
-    many, *_ = fused_entmax_attention(q, k, v, prob, False, threads=2, block_entries=512)
+    prob = prepare(q, k, v, True, torch.tensor([0.2, 0.0]), None, None)
+    a = torch.full((2,), 1.5, dtype=torch.float64)
+    one, *_ = fused_entmax_attention(q, k, v, prob, a, None, threads=1)
+    with forced_chunking(512):
+        many, *_ = fused_entmax_attention(q, k, v, prob, a, None, threads=2)
     torch.testing.assert_close(one, many, atol=1e-6, rtol=0)
 
 
@@ -242,17 +249,18 @@ def test_auto_dispatch_and_gradients() -> None:
 def test_auto_falls_back_to_chunked_without_numba(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_entmax, "_kernel", None)
     monkeypatch.setattr(cpu_entmax, "_kernel_error", ImportError("No module named 'numba'"))
-    monkeypatch.setattr(kernels, "_warned_fallback", False)
+    fallback.reset()
     q, k, v = inputs(Nq=15, seed=14)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = entmax_attention(q, k, v, 1.5)
         entmax_attention(q, k, v, 1.5)
-        explicit = entmax_attention(q, k, v, 1.5, impl="fused")
-    assert sum("chunked" in str(w.message) for w in caught) == 1  # one warning per process
+        with pytest.raises(RuntimeError, match="numba"):
+            entmax_attention(q, k, v, 1.5, impl="fused")
+    warned = [w for w in caught if issubclass(w.category, fallback.KernelFallbackWarning)]
+    assert len(warned) == 1 and "chunked" in str(warned[0].message)  # one warning per process
     ref, _, _ = brute(q, k, v, 1.5)
     torch.testing.assert_close(out.double(), ref, atol=ATOL, rtol=0)
-    torch.testing.assert_close(explicit, out)
 
 
 def test_argument_errors() -> None:
@@ -269,8 +277,8 @@ def test_argument_errors() -> None:
         entmax_attention(q, k, v, q_positions=torch.arange(1, 6))
     with pytest.raises(ValueError, match="B, H"):
         entmax_attention(q[0], k, v)
-    with pytest.raises(ValueError, match="CUDA"):
-        entmax_attention(q, k, v, impl="triton")
+    with pytest.raises(ValueError, match="impl"):
+        entmax_attention(q, k, v, impl="flex")
 
 
 @needs_numba
@@ -280,8 +288,10 @@ def test_fused_alibi_window_is_exact(alpha: float) -> None:
     q, k, v = inputs(B=1, H=3, Nq=300, D=8, regime="peaked", seed=21)
     k[:, :, :40] *= 4  # large far keys: the bound must still keep everything that matters
     slopes = torch.tensor([2.0, 0.0, 0.25])
-    prob = prepare(q, k, v, alpha, True, slopes, None, None)
-    out, ent, sup, _ = fused_entmax_attention(q, k, v, prob, True, block_entries=2000)
+    prob = prepare(q, k, v, True, slopes, None, None)
+    a = torch.full((3,), alpha, dtype=torch.float64)
+    with forced_chunking(2000):
+        out, ent, sup, _ = fused_entmax_attention(q, k, v, prob, a, torch.arange(300))
     ref, p, n_vis = brute(q, k, v, alpha, slopes=slopes)
     torch.testing.assert_close(out.double(), ref, atol=ATOL, rtol=0)
     assert sup is not None and ent is not None

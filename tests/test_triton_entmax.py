@@ -1,5 +1,7 @@
 """Triton α-entmax attention vs an fp64 reference (entmax_bisect on the materialized scores).
 
+Through the public seam (``entmax_attention(..., impl="triton")``) wherever the test is about
+results; the private op only where a test needs its internals (tile map, buffers, registration).
 On CPU the kernels run under TRITON_INTERPRET=1 (set in conftest.py), so shapes stay small; tests
 marked `cuda` need a GPU (bf16, long sequences).
 """
@@ -17,6 +19,7 @@ pytest.importorskip("triton")
 entmax = pytest.importorskip("entmax")
 
 import lengthgen.kernels.triton_entmax as te  # noqa: E402
+from lengthgen.kernels import entmax_attention  # noqa: E402
 from lengthgen.kernels.triton_entmax import triton_entmax_attention  # noqa: E402
 
 CUDA = torch.cuda.is_available()
@@ -54,7 +57,7 @@ def rel_err(a, b):
 
 
 def check_against_reference(q, k, v, alpha, causal=True, slopes=None, fwd_tol=1e-4, grad_tol=1e-3):
-    o = triton_entmax_attention(q, k, v, alpha, causal, slopes)
+    o = entmax_attention(q, k, v, alpha, causal, slopes, impl="triton")
     r = reference(q, k, v, alpha, causal, slopes)
     assert o.shape == q.shape and o.dtype == q.dtype
     assert torch.isfinite(o).all()
@@ -106,7 +109,9 @@ def test_long_row_with_alibi_skips_dead_tiles():
     check_against_reference(q, k, v, 1.5, True, slopes)
     alpha = torch.full((1,), 1.5, device=DEV)
     with torch.no_grad():
-        *_, tile_map = te._entmax_fwd_op(q, k, v, alpha, slopes, 1 / math.sqrt(32), True, 1, False)
+        *_, tile_map, _ent, _sup = te._entmax_fwd_op(
+            q, k, v, alpha, slopes, None, 1 / math.sqrt(32), True, 1, False, False
+        )
     tiles = tile_map[0]
     lower = torch.tril(torch.ones_like(tiles, dtype=torch.bool))
     assert tiles.diagonal().all()  # every diagonal tile holds its row's own key
@@ -130,7 +135,7 @@ def test_non_contiguous_inputs_and_partial_grads():
     # (B, N, H, D) storage viewed as (B, H, N, D), as attention layers produce it.
     q, k, v = (torch.randn(1, 45, 2, 32, generator=g).to(DEV).transpose(1, 2) for _ in range(3))
     v = v.detach().requires_grad_()
-    o = triton_entmax_attention(q, k, v, 1.5)
+    o = entmax_attention(q, k, v, 1.5, impl="triton")
     r = reference(q, k, v, 1.5)
     assert (o.double() - r).abs().max().item() <= 1e-4
     do = torch.randn_like(o)
@@ -142,7 +147,7 @@ def test_non_contiguous_inputs_and_partial_grads():
 def test_no_grad_forward_and_fp16():
     q, k, v = make_qkv(1, 2, 48, 32, dtype=torch.float16, seed=2)
     with torch.no_grad():
-        o = triton_entmax_attention(q, k, v, 1.5, alibi_slopes=torch.tensor([0.1, 0.2], device=DEV))
+        o = entmax_attention(q, k, v, 1.5, alibi_slopes=torch.tensor([0.1, 0.2], device=DEV), impl="triton")
     r = reference(q, k, v, 1.5, slopes=torch.tensor([0.1, 0.2], device=DEV))
     assert o.dtype == torch.float16 and not o.requires_grad
     assert (o.double() - r).abs().max().item() <= 5e-3
@@ -154,7 +159,7 @@ def test_custom_op_registration_and_torch_compile():
     q, k, v = make_qkv(1, 2, 40, 16, seed=9)
     alpha = torch.tensor([1.3, 1.7], device=DEV)
     slopes = torch.tensor([0.1, 0.2], device=DEV)
-    torch.library.opcheck(te._entmax_fwd_op, (q, k, v, alpha, slopes, 0.25, True, 0, True))
+    torch.library.opcheck(te._entmax_fwd_op, (q, k, v, alpha, slopes, None, 0.25, True, 0, True, False))
 
     def f(q, k, v):
         return triton_entmax_attention(q, k, v, alpha, alibi_slopes=slopes)
@@ -168,6 +173,27 @@ def test_custom_op_registration_and_torch_compile():
         assert torch.equal(g, gc)
 
 
+@pytest.mark.parametrize("alpha, alibi", [(1.5, True), (1.25, False), (2.0, True)])
+def test_query_subset_and_statistics_through_the_seam(alpha, alibi):
+    """Evaluation's call: a subset of query rows (absolute positions, any order) and the
+    diagnostics, against the fp64 materialized path; gradients are refused for a subset."""
+    q, k, v = (t.detach() for t in make_qkv(1, 2, 75, 32, seed=31, spread=1.5))
+    pos = torch.tensor([0, 3, 40, 74, 17, 33, 63, 64], device=DEV)
+    slopes = torch.tensor([0.3, 0.0], device=DEV) if alibi else None
+    out, stats = entmax_attention(q[:, :, pos], k, v, alpha, True, slopes, q_positions=pos, impl="triton",
+                                  return_stats=True)
+    ref, ref_stats = entmax_attention(
+        q[:, :, pos].double(), k.double(), v.double(), alpha, True, slopes, q_positions=pos,
+        impl="materialized", return_stats=True,
+    )
+    assert (out.double() - ref).abs().max().item() <= 1e-5
+    assert torch.equal(stats["rows"].cpu(), torch.arange(8))
+    assert (stats["entropy"].double() - ref_stats["entropy"].double()).abs().max().item() <= 1e-5
+    assert torch.equal(stats["support"].cpu(), ref_stats["support"].cpu())
+    with pytest.raises(ValueError, match="full causal rows"):
+        triton_entmax_attention(q[:, :, pos].requires_grad_(), k, v, alpha, q_positions=pos)
+
+
 def test_rejects_bad_arguments(monkeypatch):
     q, k, v = make_qkv(1, 2, 8, 16)
     with pytest.raises(ValueError, match="alpha"):
@@ -177,7 +203,7 @@ def test_rejects_bad_arguments(monkeypatch):
     with pytest.raises(ValueError, match="per head"):
         triton_entmax_attention(q, k, v, torch.tensor([1.5, 1.5, 1.5]))
     with pytest.raises(ValueError, match="one shape"):
-        triton_entmax_attention(q, k[:, :, :4], v)
+        triton_entmax_attention(q, k[:, :, :4], v[:, :, :4])
     if not CUDA:
         monkeypatch.setenv("TRITON_INTERPRET", "0")
         with pytest.raises(RuntimeError, match="CUDA"):
@@ -203,7 +229,7 @@ def test_missing_triton_is_a_clear_runtime_error(monkeypatch):
 def test_cuda_half_precision(dtype, alpha):
     q, k, v = make_qkv(2, 4, 1000, 64, dtype=dtype, seed=1)
     slopes = 2.0 ** (-torch.arange(1, 5, device=DEV, dtype=torch.float32))
-    o = triton_entmax_attention(q, k, v, alpha, True, slopes)
+    o = entmax_attention(q, k, v, alpha, True, slopes, impl="triton")
     r = reference(q, k, v, alpha, True, slopes)
     assert (o.double() - r).abs().max().item() <= 2e-2
     do = torch.randn_like(o)
@@ -231,3 +257,18 @@ def test_cuda_long_sequence_memory_is_linear():
     n = 1024
     r = reference(q[:, :, :n], k[:, :, :n], v[:, :, :n], 1.5)
     assert (o[:, :, :n].double() - r).abs().max().item() <= 2e-2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CUDA, reason="on a GPU, run the full benchmark instead")
+def test_gpu_benchmark_script_runs_in_smoke_mode():
+    """benchmarks/kernel_gpu.py is only ever run on a GPU session; --smoke proves it is not broken."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": root}
+    proc = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "kernel_gpu.py"), "--smoke"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "correctness ok" in proc.stdout and "FAIL" not in proc.stdout
+    assert "entmax triton 1024 rows" in proc.stdout and "softmax flex" in proc.stdout

@@ -1,8 +1,13 @@
-"""Attention machinery: position schemes, query scales, normalizers and execution paths.
+"""Attention backends: the interface plugins implement, the registry, and every built-in backend.
 
-Backends live in one registry (entry-point group ``lengthgen.attention``). The baselines are in
-``lengthgen.baselines``; ASEntmax and the α-entmax family in ``lengthgen.attention.asentmax`` and
-``lengthgen.attention.entmax_family``.
+Layout (each layer imports only the ones below it; ``tests/test_layout.py`` enforces it):
+
+* ``lengthgen.attention`` — this registry (entry-point group ``lengthgen.attention``), the backend
+  interface (``backend``), the position-scheme lookup (``positions``) and the built-in backends,
+  one file per family: ``softmax_family`` (softmax, ssmax, adaptive_temperature, topk) and
+  ``entmax_family`` (entmax, sparsemax, asentmax);
+* ``lengthgen.kernels`` — execution only: the one attention engine and its paths;
+* ``lengthgen.functional`` — pure math (α-entmax, position schemes, query scales), torch only.
 """
 
 from __future__ import annotations
@@ -27,9 +32,13 @@ def _validate_backend(obj: object) -> None:
 
 
 def _load_builtins() -> None:
-    # Importing the modules runs their @register_attention decorators.
-    from lengthgen import baselines  # noqa: F401
-    from lengthgen.attention import asentmax  # noqa: F401
+    # The family modules list their classes; registering them here keeps those modules free of
+    # any import of this package (no cycle between the registry and the backends).
+    from lengthgen.attention.entmax_family import BACKENDS as ENTMAX_BACKENDS
+    from lengthgen.attention.softmax_family import BACKENDS as SOFTMAX_BACKENDS
+
+    for cls in (*SOFTMAX_BACKENDS, *ENTMAX_BACKENDS):
+        ATTENTION.add(cls.name, cls, builtin=True)
 
 
 ATTENTION: Registry = Registry(

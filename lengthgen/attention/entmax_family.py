@@ -1,18 +1,19 @@
-"""The α-entmax family: backends whose normalizer is α-entmax (exact zeros, focused attention).
+"""The α-entmax family: fixed-α entmax, sparsemax (α = 2) and ASEntmax (a learned, length-aware
+query scale s = δ + β(log n)^γ). Exact zeros, focused attention.
 
-Every one of them runs through ``lengthgen.kernels.entmax_attention``, the single seam where the
-fused CPU kernel, the chunked exact path and the Triton kernel are chosen; a query scale, if any,
-is folded into q before the call.
+The engine (``lengthgen.kernels.engine``) runs them on the fused CPU kernel, the Triton kernel on
+CUDA or the chunked exact path; a query scale, if any, is folded into q before the call.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from pydantic import Field
 
-from lengthgen.attention.backend import AttentionBackend, AttentionStats, BackendOptions
+from lengthgen.attention.backend import AttentionBackend, BackendOptions, LayerSpec
+from lengthgen.functional.entmax import entmax
+from lengthgen.functional.scales import AdaptiveScale
+from lengthgen.kernels import normalizers
 
 
 class EntmaxOptions(BackendOptions):
@@ -30,32 +31,51 @@ class EntmaxFamilyBackend(AttentionBackend):
         return self.options.alpha
 
     def normalize(self, scores: torch.Tensor) -> torch.Tensor:
-        from lengthgen.attention.entmax import entmax
-
         return entmax(scores, alpha=self.alpha, dim=-1)
 
-    def attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        q_pos: torch.Tensor,
-        slopes: torch.Tensor | None,
-        stats: AttentionStats | None,
-    ) -> torch.Tensor:
-        from lengthgen.kernels import entmax_attention
+    def normalizer(self) -> normalizers.Normalizer:
+        return normalizers.Entmax(self.alpha)
 
-        result = entmax_attention(
-            q, k, v,
-            alpha=self.alpha,
-            causal=True,
-            alibi_slopes=slopes,
-            scale=1.0 / math.sqrt(q.shape[-1]),
-            q_positions=q_pos,
-            return_stats=stats is not None,
+
+class Entmax(EntmaxFamilyBackend):
+    name = "entmax"
+    description = "α-entmax attention (default α = 1.5): exact zeros, no length-aware scale"
+
+
+class SparsemaxOptions(EntmaxOptions):
+    alpha: float = Field(2.0, ge=2.0, le=2.0, description="fixed at 2 (sparsemax)")
+
+
+class Sparsemax(EntmaxFamilyBackend):
+    name = "sparsemax"
+    description = "sparsemax attention (α-entmax with α = 2)"
+    Options = SparsemaxOptions
+
+
+class ASEntmaxOptions(EntmaxOptions):
+    static: bool = Field(False, description="learn β, γ per head instead of from the layer input")
+    beta_init: float = Field(0.05, gt=0.0, description="initial β (s = 1 + β at step 0)")
+    delta: float = Field(1.0, description="offset δ of the scale")
+
+
+class ASEntmax(EntmaxFamilyBackend):
+    """Adaptive-Scalable Entmax: α-entmax with a learned length-aware scale δ + β(log n)^γ."""
+
+    name = "asentmax"
+    description = "Adaptive-Scalable Entmax: α-entmax with a learned length-aware scale δ + β(log n)^γ"
+    Options = ASEntmaxOptions
+    options: ASEntmaxOptions
+
+    def __init__(self, spec: LayerSpec, options: ASEntmaxOptions | None = None) -> None:
+        super().__init__(spec, options)
+        self.scale = AdaptiveScale(
+            spec.d_model, spec.n_heads, delta=self.options.delta,
+            beta_init=self.options.beta_init, static=self.options.static,
         )
-        if stats is None:
-            return result
-        out, diag = result
-        stats.add(self.spec.layer_index, diag["entropy"], diag["support"])
-        return out
+
+    def query_scale(self, x: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor:
+        return self.scale(x, q_pos, self.scaled_heads)
+
+
+#: Registered by ``lengthgen.attention`` under their ``name``.
+BACKENDS: tuple[type[AttentionBackend], ...] = (Entmax, Sparsemax, ASEntmax)

@@ -1,6 +1,6 @@
 """Triton kernels for causal α-entmax attention (imported lazily: this module needs triton).
 
-Notation (design.md §2): z_ij = scale·<q_i, k_j> − slope_h·(i − j), z' = (α − 1)·z,
+Notation: z_ij = scale·<q_i, k_j> − slope_h·(i − j), z' = (α − 1)·z,
 x_ij = z'_ij − τ_i, k = 1/(α − 1), p_ij = [x_ij]_+^k, u_ij = p_ij^(2−α) ∝ [x_ij]_+^(k−1).
 
 All kernels recompute z' tile by tile from q and k, so nothing of size N×N is ever stored except a
@@ -55,17 +55,23 @@ def _powers(z, tau, km1, POW_MODE: tl.constexpr):
 
 @triton.jit
 def _entmax_fwd(
-    Q, K, V, O, ALPHA, SLOPES, TAU, LOGS, VU, MASK,
+    Q, K, V, O, ALPHA, SLOPES, TAU, LOGS, VU, MASK, POS, ENT, SUP,
     sqb, sqh, sqn, sqd,
     skb, skh, skn, skd,
     svb, svh, svn, svd,
     sob, soh, son, sod,
-    H, N, NB_M, NB_N, scale, tol,
+    H, NQ, N, NB_M, NB_N, scale, tol,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, STORE_VU: tl.constexpr,
     USE_MASK: tl.constexpr, MAX_ITER: tl.constexpr, PREC: tl.constexpr, POW_MODE: tl.constexpr,
+    HAS_POS: tl.constexpr, STATS: tl.constexpr,
 ):
+    """NQ query rows at positions POS (HAS_POS; else rows 0 … NQ−1) over N keys.
+
+    STATS: also the normalized entropy (ENT) and support size (SUP) of every row, accumulated in
+    the output pass from the same tiles.
+    """
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -74,8 +80,12 @@ def _entmax_fwd(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    row_ok = offs_m < N
+    row_ok = offs_m < NQ
     d_ok = offs_d < HEAD_DIM
+    if HAS_POS:
+        pos_m = tl.load(POS + offs_m, mask=row_ok, other=0).to(tl.int32)
+    else:
+        pos_m = offs_m
 
     q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :] * sqd,
                 mask=row_ok[:, None] & d_ok[None, :], other=0.0)
@@ -93,7 +103,7 @@ def _entmax_fwd(
         bias_coef = am1 * tl.load(SLOPES + h)
 
     if CAUSAL:
-        n_end = tl.minimum((pid_m + 1) * BLOCK_M, N)
+        n_end = tl.minimum(tl.max(tl.where(row_ok, pos_m, 0), 0) + 1, N)
     else:
         n_end = N
     mask_row = MASK + bh * (NB_M * NB_N) + pid_m * NB_N
@@ -104,12 +114,12 @@ def _entmax_fwd(
         offs_n = start_n + offs_n0
         kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd,
                      mask=(offs_n[:, None] < N) & d_ok[None, :], other=0.0)
-        z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
+        z = _scores(q, kt, pos_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
         m_i = tl.maximum(m_i, tl.max(z, 1))
 
     # Bracket [max z' − 1, max z' − n^(1−α)], n = visible keys of the row.
     if CAUSAL:
-        n_vis = tl.minimum(offs_m + 1, N).to(tl.float32)
+        n_vis = tl.minimum(pos_m + 1, N).to(tl.float32)
     else:
         n_vis = tl.zeros([BLOCK_M], tl.float32) + N
     lo = m_i - 1.0
@@ -133,7 +143,7 @@ def _entmax_fwd(
                 offs_n = start_n + offs_n0
                 kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd,
                              mask=(offs_n[:, None] < N) & d_ok[None, :], other=0.0)
-                z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
+                z = _scores(q, kt, pos_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
                 a, xs, pos = _powers(z, tau, km1, POW_MODE)
                 s_sum += tl.sum(a * xs, 1)
                 w_sum += tl.sum(a, 1)
@@ -179,6 +189,8 @@ def _entmax_fwd(
     acc_u = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     s_sum = tl.zeros([BLOCK_M], tl.float32)
     w_sum = tl.zeros([BLOCK_M], tl.float32)
+    plogp = tl.zeros([BLOCK_M], tl.float32)
+    count = tl.zeros([BLOCK_M], tl.float32)
     for start_n in range(0, n_end, BLOCK_N):
         live = 1
         if USE_MASK:
@@ -188,10 +200,14 @@ def _entmax_fwd(
             kv_mask = (offs_n[:, None] < N) & d_ok[None, :]
             kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
             vt = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
-            z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
+            z = _scores(q, kt, pos_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
             a, xs, pos = _powers(z, tau, km1, POW_MODE)
             pt = a * xs
             s_sum += tl.sum(pt, 1)
+            if STATS:
+                # ln p̃ = k·ln x on the support (p̃ = x^k); xs = 1 elsewhere, so those terms are 0.
+                plogp += tl.sum(pt * (tl.log2(xs) * (0.6931471805599453 / am1)), 1)
+                count += tl.sum((pt > 0.0).to(tl.float32), 1)
             acc += tl.dot(pt.to(vt.dtype), vt, input_precision=PREC)
             if STORE_VU:
                 w_sum += tl.sum(a, 1)
@@ -202,13 +218,20 @@ def _entmax_fwd(
     out_mask = row_ok[:, None] & d_ok[None, :]
     tl.store(O + b * sob + h * soh + offs_m[:, None] * son + offs_d[None, :] * sod,
              o.to(O.dtype.element_ty), mask=out_mask)
-    tl.store(TAU + bh * N + offs_m, tau, mask=row_ok)
-    tl.store(LOGS + bh * N + offs_m, tl.log2(s_safe), mask=row_ok)
+    tl.store(TAU + bh * NQ + offs_m, tau, mask=row_ok)
+    tl.store(LOGS + bh * NQ + offs_m, tl.log2(s_safe), mask=row_ok)
+    if STATS:
+        # H(p) = ln S − Σ p̃ ln p̃ / S for p = p̃ / S; normalized by ln(visible keys), 0 for one key.
+        entropy = tl.log(s_safe) - plogp / s_safe
+        log_n = tl.log(n_vis)
+        entropy = tl.where(n_vis > 1.0, entropy / tl.where(n_vis > 1.0, log_n, 1.0), 0.0)
+        tl.store(ENT + bh * NQ + offs_m, entropy, mask=row_ok)
+        tl.store(SUP + bh * NQ + offs_m, count, mask=row_ok)
     if STORE_VU:
         # Σ_j u_ij v_j / Σ_j u_ij: the normalization of u cancels, so a = x^(k−1) suffices.
         w_safe = tl.where(w_sum > 0.0, w_sum, 1.0)
         vu = acc_u / w_safe[:, None]
-        tl.store(VU + bh * N * BLOCK_D + offs_m[:, None] * BLOCK_D + offs_d[None, :], vu,
+        tl.store(VU + bh * NQ * BLOCK_D + offs_m[:, None] * BLOCK_D + offs_d[None, :], vu,
                  mask=row_ok[:, None])
 
 
@@ -375,6 +398,7 @@ def _tuning_configs() -> list[triton.Config]:
 
 _KEY = ["HEAD_DIM", "BLOCK_D", "BLOCK_M", "BLOCK_N", "CAUSAL", "HAS_ALIBI", "USE_MASK", "PREC"]
 # Every kernel writes its outputs without reading them, so re-running during tuning is harmless.
-entmax_fwd = triton.autotune(configs=_tuning_configs(), key=_KEY + ["STORE_VU"])(_entmax_fwd)
+_FWD_KEY = _KEY + ["STORE_VU", "HAS_POS", "STATS"]
+entmax_fwd = triton.autotune(configs=_tuning_configs(), key=_FWD_KEY)(_entmax_fwd)
 entmax_bwd_dq = triton.autotune(configs=_tuning_configs(), key=_KEY)(_entmax_bwd_dq)
 entmax_bwd_dkdv = triton.autotune(configs=_tuning_configs(), key=_KEY)(_entmax_bwd_dkdv)

@@ -1,4 +1,4 @@
-"""Fast exact α-entmax attention on CPU: BLAS score blocks + a numba row kernel (issue 4).
+"""Fast exact α-entmax attention on CPU: BLAS score blocks + a numba row kernel.
 
 Why this split. The one expensive thing is QKᵀ (2·D flops per visible pair); everything else is
 linear in the number of candidate keys. The best QKᵀ a CPU can do is a BLAS sgemm, which torch
@@ -25,14 +25,15 @@ first; one thread per torch intra-op thread.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from lengthgen.kernels.common import AttnProblem, visible_counts
+from lengthgen.kernels.cpu_blocks import RowJob
+from lengthgen.kernels.normalizers import Entmax, Normalizer, alpha_per_head
+from lengthgen.kernels.problem import AttnProblem
 
 __all__ = ["fused_available", "fused_entmax_attention"]
 
@@ -72,6 +73,16 @@ if numba is not None:
                 r *= d
             return r
         return d**em1
+
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
+    def _step(S, W, e):  # noqa: ANN001, ANN202
+        """Newton step on h(τ) = S(τ)^(1/e) − 1, S = Σ[x − τ]_+^e, W = Σ[x − τ]_+^(e−1).
+
+        h is convex and decreasing like S − 1, so Newton from the left still never overshoots,
+        and h is linear in τ when the live scores are equal: a flat row (dense support) needs one
+        step where Newton on S − 1 needed ten and more (h' = −S^(1/e − 1)·W).
+        """
+        return (S - S ** (1.0 - 1.0 / e)) / W
 
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
     def _newton(cv, ci, k, m, tau, e, em1, em1_int, mode):  # noqa: ANN001, ANN202
@@ -117,7 +128,7 @@ if numba is not None:
                 k = kk
             if f <= 0.0 or fp <= 0.0:
                 break
-            step = f / (e * fp)
+            step = _step(f + 1.0, fp, e)
             tau += step
             if step <= _STEP_TOL:
                 break
@@ -217,7 +228,7 @@ if numba is not None:
                         fp += pw
             if f <= 0.0 or fp <= 0.0:
                 break
-            step = f / (e * fp)
+            step = _step(f + 1.0, fp, e)
             tau += step
             if step <= _STEP_TOL:
                 break
@@ -245,7 +256,11 @@ if numba is not None:
 
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
     def _dense_probs(s, n, L, m, tau, em1, em1_int, stats):  # noqa: ANN001, ANN202
-        """Overwrite the score row s[:L] with the normalized probabilities; return the entropy."""
+        """Overwrite the score row s[:L] with unnormalized weights [x − τ]_+^e in one pass.
+
+        Returns (their sum, the entropy of the normalized row when ``stats``, else 0); the
+        caller divides the row's P·V by the sum.
+        """
         c = m + tau
         tot = 0.0
         for j in range(n):
@@ -255,21 +270,22 @@ if numba is not None:
             tot += pj
         for j in range(n, L):
             s[j] = np.float32(0.0)
-        inv = 1.0 / tot if tot > 0.0 else 0.0
+        if not stats or tot <= 0.0:
+            return tot, 0.0
         hs = 0.0
         for j in range(n):
-            pj = np.float64(s[j]) * inv
-            s[j] = np.float32(pj)
-            if stats and pj > 0.0:
+            pj = np.float64(s[j])
+            if pj > 0.0:
                 hs -= pj * np.log(pj)
-        return hs
+        return tot, hs / tot + np.log(tot)
 
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
-    def _task(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, group, stats, task):  # noqa: ANN001, ANN202, E501
+    def _task(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, group, want, task):  # noqa: ANN001, ANN202, E501
         """Rows g·group … of one batch·head; returns how many rows took the dense path.
 
-        Dense rows (more than ``cap`` candidates) get their normalized probabilities written over
-        their scores in S and dense[bh, r] = True: the caller finishes them with one BLAS P·V.
+        Dense rows (more than ``cap`` candidates) get their unnormalized weights written over
+        their scores in S and dense[bh, r] = 1 / their sum (0 for the other rows): the caller
+        finishes them with one BLAS P·V, scaled by it.
         """
         BH, R, L = S.shape
         D = V.shape[2]
@@ -291,6 +307,7 @@ if numba is not None:
         acc = np.empty(D, np.float64)
         n_dense = 0
         for r in range(g * group, min(R, g * group + group)):
+            stats = want[r]
             s = S[bh, r]
             n = nvis[r]
             ms, nc = _chunk_max(s, n, sl, pos[r], cm)
@@ -311,9 +328,9 @@ if numba is not None:
             k = _collect(s, n, cmi, kc, thr, cv, ci, cap) if kc <= cap else -1
             if k < 0:
                 n_dense += 1
-                dense[bh, r] = True
                 k, tau = _newton_dense(s, n, m, tau0, e, em1, ei, md)
-                hs = _dense_probs(s, n, L, m, tau, em1, ei, stats)
+                tot, hs = _dense_probs(s, n, L, m, tau, em1, ei, stats)
+                dense[bh, r] = 1.0 / tot if tot > 0.0 else 1.0
                 if stats:
                     ns = nstat[r]
                     ent[bh, row0 + r] = hs / np.log(ns) if ns > 1 else 0.0
@@ -348,11 +365,12 @@ if numba is not None:
         return n_dense
 
     @njit(cache=True, fastmath=_FASTMATH, nogil=True)
-    def rows_kernel(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, stats):  # noqa: ANN001, ANN202, E501
+    def rows_kernel(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, want):  # noqa: ANN001, ANN202, E501
         """One block of scores S (BH, R, L) into out/ent/sup rows row0 …; returns #dense rows.
 
         Key t of S and V is key j0 + t of the sequence for a window start j0 the caller chose:
         ``pos`` and ``nvis`` are relative to it, ``nstat`` holds the true visible counts (entropy).
+        ``want`` (R,) flags the rows whose entropy and support are wanted (the diagnostic rows).
         Single-threaded and GIL-free: the wrapper runs one block per worker thread.
         """
         BH, R, L = S.shape
@@ -360,9 +378,33 @@ if numba is not None:
         for bh in range(BH):
             n_dense += _task(
                 S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, R,
-                stats, bh,
+                want, bh,
             )
         return n_dense
+
+
+    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    def _count_above(S, pos, slope, thr, out):  # noqa: ANN001, ANN202
+        """out[r] = #{j ≤ pos[r] : S[r, j] − slope·(pos[r] − j) > thr[r]} (a softmax row's support)."""
+        R, L = S.shape
+        for r in range(R):
+            n = min(L, pos[r] + 1)
+            t = thr[r]
+            c = 0
+            sl = np.float32(slope)
+            for j in range(n):
+                c += (S[r, j] - sl * np.float32(pos[r] - j)) > t
+            out[r] = c
+
+
+def row_helpers() -> tuple[Any, Any]:
+    """The numba helpers other row kernels share: (bias + chunk maxima, collect above a bound)."""
+    return _chunk_max, _collect
+
+
+def count_above_kernel() -> Any:
+    """The numba support-counting pass of the fused softmax path, or None without numba."""
+    return _count_above if fused_available() else None
 
 
 _kernel: Any = None
@@ -377,9 +419,10 @@ def _smoke(kernel: Any) -> None:
     st = np.zeros((1, 1), np.float32)
     one = np.ones(1, np.float64)
     ints = np.array([1], np.int64)
-    dense = np.zeros((1, 1), np.bool_)
+    dense = np.zeros((1, 1), np.float32)
     n = ints + 1
-    kernel(S, V, out, st, st.copy(), dense, 0, ints, n, n, 1, one * 0, one * 2, ints, ints, 4, True)
+    want = np.ones(1, np.bool_)
+    kernel(S, V, out, st, st.copy(), dense, 0, ints, n, n, 1, one * 0, one * 2, ints, ints, 4, want)
     if not abs(float(out[0, 0, 0]) - 1.0) < 1e-6:
         raise RuntimeError(f"fused kernel smoke test gave {out[0, 0, 0]}")
 
@@ -405,82 +448,22 @@ def fused_unavailable_reason() -> str:
     return "" if fused_available() else f"{type(_kernel_error).__name__}: {_kernel_error}"
 
 
-def _head_params(prob: AttnProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    a = prob.alpha.numpy()
-    expo = 1.0 / (a - 1.0)
-    mode = np.where(a == 1.5, MODE_15, np.where(a == 2.0, MODE_2, MODE_GENERAL)).astype(np.int64)
+def _head_params(alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    expo = 1.0 / (alpha - 1.0)
+    mode = np.where(alpha == 1.5, MODE_15, np.where(alpha == 2.0, MODE_2, MODE_GENERAL)).astype(np.int64)
     em1 = expo - 1.0
     em1_int = np.where(np.abs(em1 - np.round(em1)) < 1e-12, np.round(em1), -1).astype(np.int64)
     em1_int = np.where(em1_int > 16, -1, em1_int).astype(np.int64)
     return expo.astype(np.float64), mode, em1_int
 
 
-def _plan_blocks(pos: np.ndarray, Nk: int, causal: bool, block_entries: int) -> list[tuple[int, int, int]]:
-    """Query blocks (r0, rows, kmax) of one head with rows·kmax ≤ block_entries (≥ 1 row each)."""
-    Nq = len(pos)
-    blocks = []
-    r0 = 0
-    while r0 < Nq:
-        # As many rows as fit with this block's visible keys (causal: few keys, many rows early on).
-        k_est = min(Nk, int(pos[r0]) + 1) if causal else Nk
-        rows = max(1, min(Nq - r0, _MAX_BLOCK_ROWS, block_entries // k_est))
-        while True:
-            kmax = min(Nk, int(pos[r0 : r0 + rows].max()) + 1) if causal else Nk
-            if rows * kmax <= block_entries or rows == 1:
-                break
-            rows = max(1, rows // 2)
-        blocks.append((r0, rows, kmax))
-        r0 += rows
-    return blocks
-
-
-def _run_blocks(work: Any, blocks: list[tuple[int, ...]], buf_len: int, threads: int | None) -> int:
-    """Run ``work(*block, buf)`` on worker threads, biggest blocks first; returns the summed results.
-
-    Each worker runs its BLAS call and the (GIL-free) numba kernel single-threaded, so the workers
-    never wait on each other: one shared OpenMP pool would put a barrier in every block, and on a
-    busy machine a descheduled pool thread stalled all the others (measured 5-20× slowdowns).
-    """
-    n_threads = max(1, min(threads or torch.get_num_threads(), len(blocks)))
-    order = sorted(blocks, key=lambda b: -b[-1] * b[-2])
-    if n_threads == 1:
-        buf = torch.empty(buf_len, dtype=torch.float32)
-        return sum(work(*b, buf) for b in order)
-    lock = threading.Lock()
-    queue = iter(order)
-    totals = [0] * n_threads
-    errors: list[BaseException] = []
-
-    def worker(slot: int) -> None:
-        try:
-            torch.set_num_threads(1)  # this thread's OpenMP ICV (and MKL's, restored below)
-            buf = torch.empty(buf_len, dtype=torch.float32)
-            while True:
-                with lock:
-                    b = next(queue, None)
-                if b is None or errors:
-                    return
-                totals[slot] += work(*b, buf)
-        except BaseException as exc:  # re-raised in the caller
-            errors.append(exc)
-
-    saved = torch.get_num_threads()
-    pool = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n_threads)]
-    try:
-        for t in pool:
-            t.start()
-        for t in pool:
-            t.join()
-    finally:
-        torch.set_num_threads(saved)
-    if errors:
-        raise errors[0]
-    return sum(totals)
-
-
-def _as_f32(t: Tensor) -> np.ndarray:
-    """A float32 numpy view (or copy) of a CPU tensor."""
-    return t.detach().to(torch.float32).numpy()
+def fused_path(
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The engine's ``fused`` path for an ``Entmax`` normalizer."""
+    assert isinstance(normalizer, Entmax)
+    out, entropy, support, _ = fused_entmax_attention(q, k, v, prob, alpha_per_head(normalizer, prob.H), rows)
+    return out, entropy, support
 
 
 @torch.no_grad()
@@ -489,95 +472,57 @@ def fused_entmax_attention(
     k: Tensor,
     v: Tensor,
     prob: AttnProblem,
-    return_stats: bool,
+    alpha: Tensor,
+    rows: Tensor | None,
     *,
     cap: int = 2048,
-    block_entries: int = 1 << 21,
     threads: int | None = None,
 ) -> tuple[Tensor, Tensor | None, Tensor | None, int]:
     """Exact α-entmax attention on CPU; returns (out, entropy, support, dense_rows).
 
-    ``dense_rows`` counts (batch·head, row) pairs whose candidates exceeded ``cap`` and took the
-    dense path (a test hook). ``block_entries``: score floats per (head, query block), one such
-    buffer per thread. ``threads``:
-    worker threads (default: torch's intra-op thread count).
+    ``alpha`` (H,) float64; ``rows``: the diagnostic rows (or None). ``dense_rows`` counts
+    (batch·head, row) pairs whose candidates exceeded ``cap`` and took the dense path (a test
+    hook). Query blocks follow ``chunking.plan_chunks`` per head, one score buffer per thread.
+    ``threads``: worker threads (default: torch's intra-op thread count).
     """
     kernel = _get_kernel()
     if kernel is None:
         raise RuntimeError(f"the fused CPU path needs numba: {fused_unavailable_reason()}")
-    if q.device.type != "cpu":
-        raise ValueError(f"the fused path runs on CPU tensors, got {q.device}")
-    B, H, Nq, Nk, D = prob.B, prob.H, prob.Nq, prob.Nk, prob.D
-    BH = B * H
-    # numpy (single-threaded) for the O(N·D) preparation: on a busy machine every small torch op
-    # wakes its OpenMP pool, which cost more than the whole kernel in measurements.
-    qn = _as_f32(q).reshape(BH, Nq, D)
-    kn = _as_f32(k).reshape(BH, Nk, D)
-    vn = _as_f32(v).reshape(BH, Nk, D)
-    if not (np.isfinite(qn).all() and np.isfinite(kn).all() and np.isfinite(vn).all()):
-        # The kernel assumes finite scores (it is compiled with "nnan"); the torch path copes.
-        from lengthgen.kernels.torch_entmax import chunked_entmax_attention
+    a = alpha.numpy()
+    # Work in x = (α−1)·z: scale·(α−1) into q, (α−1) into the slopes.
+    job = RowJob.prepare(q, k, v, prob, prob.scale * (a - 1.0), a - 1.0, rows)
+    H = prob.H
+    expo, mode, em1_int = _head_params(a)
+    vt = torch.from_numpy(job.vf)
+    pos, nvis = job.pos, job.nvis
 
-        return chunked_entmax_attention(q, k, v, prob, return_stats)
-    out = np.zeros((BH, Nq, D), np.float32)
-    ent = np.zeros((BH, Nq), np.float32)
-    sup = np.zeros((BH, Nq), np.float32)
-    n_over = 0
-    if Nq and Nk:
-        alpha = prob.alpha.numpy()
-        head_scale = np.tile((prob.scale * (alpha - 1.0)).astype(np.float32), B)
-        qs = torch.from_numpy(np.ascontiguousarray(qn * head_scale[:, None, None]))
-        kf = torch.from_numpy(np.ascontiguousarray(kn))
-        vf = np.ascontiguousarray(vn)
-        vt = torch.from_numpy(vf)
-        slope = prob.slopes.numpy() * (alpha - 1.0)
-        expo, mode, em1_int = _head_params(prob)
-        pos = prob.q_positions.cpu().numpy().astype(np.int64)
-        nvis = visible_counts(prob).cpu().numpy().astype(np.int64)
-        blocks = _plan_blocks(pos, Nk, prob.causal, block_entries)
-        buf_len = max(rows * kmax for _, rows, kmax in blocks)
-        items = [(bh, *blk) for bh in range(BH) for blk in blocks]
-
-        # ALiBi window: for a causal row i, m ≥ x_ii ≥ −|q'_i||k_i| and every candidate has
-        # x_ij > m − 1, so sl'·(i − j) < 2|q'_i|·max|k| + 1. Keys left of that never matter.
-        q_norm = np.sqrt((qs.numpy().astype(np.float64) ** 2).sum(-1))  # (BH, Nq)
-        k_norm = np.sqrt((kf.numpy().astype(np.float64) ** 2).sum(-1)).max(-1)  # (BH,)
-
-        def window_start(bh: int, r0: int, r1: int) -> int:
-            sl = slope[bh % H]
-            if sl <= 0.0 or not prob.causal:
-                return 0
-            reach = (2.0 * float(q_norm[bh, r0:r1].max()) * float(k_norm[bh]) + 1.0) * (1 + 1e-3) / sl + 2
-            return max(0, min(int(pos[r0:r1].min() - reach), int(pos[r0:r1].min())))
-
-        def work(bh: int, r0: int, rows: int, kmax: int, buf: Tensor) -> int:
-            """One head, one query block: BLAS scores, numba rows, BLAS P·V for dense rows."""
-            r1 = r0 + rows
-            j0 = window_start(bh, r0, r1)
-            width = kmax - j0
-            h = slice(bh % H, bh % H + 1)
-            one = slice(bh, bh + 1)
-            S = buf[: rows * width].view(rows, width)
-            torch.mm(qs[bh, r0:r1], kf[bh, j0:kmax].t(), out=S)
-            dense = np.zeros((1, rows), np.bool_)
-            n_dense = int(
-                kernel(
-                    S.numpy()[None], vf[one, j0:], out[one], ent[one], sup[one], dense, r0, pos[r0:r1] - j0,
-                    nvis[r0:r1] - j0, nvis[r0:r1], 1, slope[h], expo[h], mode[h], em1_int[h], int(cap),
-                    bool(return_stats),
-                )
+    def work(bh: int, r0: int, rows: int, kmax: int, buf: Tensor) -> int:
+        """One head, one query block: BLAS scores, numba rows, BLAS P·V for dense rows."""
+        r1 = r0 + rows
+        # Every candidate has x_ij > max_j x_ij − 1 (τ ≥ max − 1): a margin of 1 in x units.
+        j0 = job.window_start(bh, r0, r1, extra=2.0)
+        width = kmax - j0
+        h = slice(bh % H, bh % H + 1)
+        one = slice(bh, bh + 1)
+        S = buf[: rows * width].view(rows, width)
+        torch.mm(job.qs[bh, r0:r1], job.kf[bh, j0:kmax].t(), out=S)
+        dense = np.zeros((1, rows), np.float32)
+        n_dense = int(
+            kernel(
+                S.numpy()[None], job.vf[one, j0:], job.out[one], job.ent[one], job.sup[one], dense, r0,
+                pos[r0:r1] - j0, nvis[r0:r1] - j0, nvis[r0:r1], 1, job.slope[h], expo[h], mode[h], em1_int[h],
+                int(cap), job.want[r0:r1],
             )
-            if n_dense:
-                # Dense rows: S now holds their probabilities; one BLAS P·V finishes them.
-                if n_dense == rows:
-                    out[bh, r0:r1] = torch.mm(S, vt[bh, j0:kmax]).numpy()
-                else:
-                    rows_d = np.nonzero(dense[0])[0]
-                    out[bh, r0 + rows_d] = torch.mm(S[torch.from_numpy(rows_d)], vt[bh, j0:kmax]).numpy()
-            return n_dense
+        )
+        if n_dense:
+            # Dense rows: S now holds their unnormalized weights; one BLAS P·V finishes them.
+            if n_dense == rows:
+                job.out[bh, r0:r1] = torch.mm(S, vt[bh, j0:kmax]).numpy() * dense[0, :, None]
+            else:
+                rows_d = np.nonzero(dense[0])[0]
+                pv = torch.mm(S[torch.from_numpy(rows_d)], vt[bh, j0:kmax]).numpy()
+                job.out[bh, r0 + rows_d] = pv * dense[0, rows_d, None]
+        return n_dense
 
-        n_over = _run_blocks(work, items, buf_len, threads)
-    o = torch.from_numpy(out).view(B, H, Nq, D).to(v.dtype)
-    if not return_stats:
-        return o, None, None, n_over
-    return o, torch.from_numpy(ent).view(B, H, Nq), torch.from_numpy(sup).view(B, H, Nq), n_over
+    n_over = job.run(work, threads, _MAX_BLOCK_ROWS)
+    return (*job.result(v, rows), n_over)

@@ -2,7 +2,7 @@
 
 `triton_entmax_attention(q, k, v, alpha, causal, alibi_slopes, scale)` computes, per head h and query i,
 z_ij = scale·<q_i, k_j> − slope_h·(i − j) over the visible keys (j ≤ i when causal), p_i = α-entmax(z_i)
-(design.md §2) and o_i = Σ_j p_ij v_j. The kernels live in `_triton_entmax_kernels` and are imported on
+and o_i = Σ_j p_ij v_j. The kernels live in `_triton_entmax_kernels` and are imported on
 first call, so importing this module never needs triton; calling it without triton raises RuntimeError.
 
 Forward: one program per (query block, batch·head) makes one pass over the keys for the row max, a
@@ -57,11 +57,16 @@ def _load_kernels() -> Any:
 
 def triton_available() -> bool:
     """True when triton imports (it may still lack a GPU; see `triton_entmax_attention`)."""
+    return not triton_unavailable_reason()
+
+
+def triton_unavailable_reason() -> str:
+    """Why the kernels cannot be loaded ('' when they can)."""
     try:
         _load_kernels()
-    except RuntimeError:
-        return False
-    return True
+    except RuntimeError as exc:
+        return str(exc)
+    return ""
 
 
 def _alloc(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -113,12 +118,12 @@ class _Geometry(NamedTuple):
     prec: str
 
 
-def _geometry(q: Tensor) -> _Geometry:
+def _geometry(q: Tensor, n_keys: int | None = None) -> _Geometry:
     """Tiling shared by the forward and both backward kernels (the tile map ties them together)."""
     B, H, N, D = q.shape
     block_d = max(16, triton_next_pow2(D))
     bm, bn = _block_sizes(block_d, _interpreting())
-    nb_m, nb_n = -(-N // bm), -(-N // bn)
+    nb_m, nb_n = -(-N // bm), -(-(N if n_keys is None else n_keys) // bn)
     use_mask = B * H * nb_m * nb_n <= _MAX_MASK_TILES
     # fp32 inputs get exact fp32 dots (no TF32) so fp32 results match the fp64 reference to ~1e-6.
     prec = "ieee" if q.dtype == torch.float32 else "tf32"
@@ -128,8 +133,9 @@ def _geometry(q: Tensor) -> _Geometry:
 # The kernels are wrapped as torch.library custom ops so torch.compile treats them as opaque calls
 # (with shape-only fake implementations) instead of tracing into Triton launch code.
 _FWD_SCHEMA = (
-    "(Tensor q, Tensor k, Tensor v, Tensor alpha, Tensor? slopes, float scale, bool causal, "
-    "int pow_mode, bool store_vu) -> (Tensor, Tensor, Tensor, Tensor, Tensor)"
+    "(Tensor q, Tensor k, Tensor v, Tensor alpha, Tensor? slopes, Tensor? positions, float scale, "
+    "bool causal, int pow_mode, bool store_vu, bool stats) "
+    "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"
 )
 _BWD_SCHEMA = (
     "(Tensor do, Tensor q, Tensor k, Tensor v, Tensor alpha, Tensor? slopes, Tensor tau, Tensor logs, "
@@ -140,18 +146,26 @@ _BWD_SCHEMA = (
 
 @torch.library.custom_op("lengthgen::triton_entmax_fwd", mutates_args=(), schema=_FWD_SCHEMA)
 def _entmax_fwd_op(
-    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
-    scale: float, causal: bool, pow_mode: int, store_vu: bool,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(o, τ, log2 Σp̃, u-weighted mean of V or empty, tile map or empty)."""
+    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None, positions: Tensor | None,
+    scale: float, causal: bool, pow_mode: int, store_vu: bool, stats: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(o, τ, log2 Σp̃, u-weighted mean of V or empty, tile map or empty, entropy, support).
+
+    ``positions``: (Nq,) int32 absolute positions of q's rows over k's Nk keys (None: q's rows are
+    the positions 0 … Nq−1). ``stats``: the normalized entropy and support of every row (else the
+    last two outputs are empty).
+    """
     kern = _load_kernels()
-    B, H, N, D = q.shape
+    B, H, NQ, D = q.shape
+    N = k.shape[2]
     dev = q.device
-    geo = _geometry(q)
-    o = _alloc((B, H, N, D), q.dtype, dev)
-    tau = _alloc((B, H, N), torch.float32, dev)
-    logs = _alloc((B, H, N), torch.float32, dev)
-    vu = _alloc((B, H, N, geo.block_d), torch.float32, dev) if store_vu else tau.new_empty(0)
+    geo = _geometry(q, N)
+    o = _alloc((B, H, NQ, D), q.dtype, dev)
+    tau = _alloc((B, H, NQ), torch.float32, dev)
+    logs = _alloc((B, H, NQ), torch.float32, dev)
+    vu = _alloc((B, H, NQ, geo.block_d), torch.float32, dev) if store_vu else tau.new_empty(0)
+    ent = _alloc((B, H, NQ), torch.float32, dev) if stats else tau.new_empty(0)
+    sup = _alloc((B, H, NQ), torch.float32, dev) if stats else tau.new_empty(0)
     # Zeroed (one byte per tile) only so tiles above the causal diagonal, never visited, are
     # deterministic; every visited tile is written by the first Newton pass before any read.
     map_shape = (B * H, geo.nb_m, geo.nb_n) if geo.use_mask else (0,)
@@ -159,27 +173,30 @@ def _entmax_fwd_op(
     kern.entmax_fwd[(geo.nb_m, B * H)](
         q, k, v, o, alpha, slopes if slopes is not None else alpha, tau, logs,
         vu if store_vu else tau, tile_map if geo.use_mask else tau,
+        positions if positions is not None else tau, ent if stats else tau, sup if stats else tau,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-        H, N, geo.nb_m, geo.nb_n, scale, _TOL,
+        H, NQ, N, geo.nb_m, geo.nb_n, scale, _TOL,
         HEAD_DIM=D, BLOCK_D=geo.block_d, BLOCK_M=geo.block_m, BLOCK_N=geo.block_n,
         CAUSAL=causal, HAS_ALIBI=slopes is not None, STORE_VU=store_vu,
         USE_MASK=geo.use_mask, MAX_ITER=_MAX_ITER, PREC=geo.prec, POW_MODE=pow_mode,
+        HAS_POS=positions is not None, STATS=stats,
     )
-    return o, tau, logs, vu, tile_map
+    return o, tau, logs, vu, tile_map, ent, sup
 
 
 @_entmax_fwd_op.register_fake
 def _entmax_fwd_fake(
-    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
-    scale: float, causal: bool, pow_mode: int, store_vu: bool,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None, positions: Tensor | None,
+    scale: float, causal: bool, pow_mode: int, store_vu: bool, stats: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     B, H, N, D = q.shape
-    geo = _geometry(q)
+    geo = _geometry(q, k.shape[2])
     f32 = dict(dtype=torch.float32, device=q.device)
     vu = q.new_empty((B, H, N, geo.block_d), **f32) if store_vu else q.new_empty(0, **f32)
     map_shape = (B * H, geo.nb_m, geo.nb_n) if geo.use_mask else (0,)
+    row_stats = [q.new_empty((B, H, N) if stats else 0, **f32) for _ in range(2)]
     return (q.new_empty(q.shape), q.new_empty((B, H, N), **f32), q.new_empty((B, H, N), **f32), vu,
-            q.new_empty(map_shape, dtype=torch.uint8))
+            q.new_empty(map_shape, dtype=torch.uint8), *row_stats)
 
 
 @torch.library.custom_op("lengthgen::triton_entmax_bwd", mutates_args=(), schema=_BWD_SCHEMA)
@@ -237,8 +254,8 @@ def _entmax_bwd_fake(
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-    q, k, v, alpha, slopes, scale, causal, pow_mode, _store_vu = inputs
-    _o, tau, logs, vu, tile_map = output
+    q, k, v, alpha, slopes, _positions, scale, causal, pow_mode, _store_vu, _stats = inputs
+    _o, tau, logs, vu, tile_map, _ent, _sup = output
     ctx.save_for_backward(q, k, v, alpha, slopes, tau, logs, vu, tile_map)
     ctx.meta = (scale, causal, pow_mode)
 
@@ -252,7 +269,7 @@ def _backward(ctx: Any, do: Tensor, *_unused: Tensor | None) -> tuple[Tensor | N
     dq, dk, dv = _entmax_bwd_op(do, q, k, v, alpha, slopes, tau, logs, vu, tile_map,
                                 scale, causal, pow_mode, need_q, need_k or need_v)
     return (dq if need_q else None, dk if need_k else None, dv if need_v else None,
-            None, None, None, None, None, None)
+            None, None, None, None, None, None, None, None)
 
 
 torch.library.register_autograd("lengthgen::triton_entmax_fwd", _backward, setup_context=_setup_context)
@@ -263,11 +280,16 @@ def triton_next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def _check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
-    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+def _check_inputs(q: Tensor, k: Tensor, v: Tensor, full_rows: bool) -> None:
+    if q.dim() != 4 or k.shape[:2] != q.shape[:2] or k.shape[3] != q.shape[3] or v.shape != k.shape:
         raise ValueError(
-            f"q, k, v must all be (B, H, N, D) of one shape, got {tuple(q.shape)}, {tuple(k.shape)}, "
+            f"q must be (B, H, Nq, D) and k, v (B, H, Nk, D), got {tuple(q.shape)}, {tuple(k.shape)}, "
             f"{tuple(v.shape)}"
+        )
+    if full_rows and k.shape != q.shape:
+        raise ValueError(
+            f"without q_positions, q, k, v must all be (B, H, N, D) of one shape, got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
         )
     if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"q, k, v must share one of fp32/fp16/bf16, got {q.dtype}, {k.dtype}, {v.dtype}")
@@ -294,27 +316,46 @@ def triton_entmax_attention(
     causal: bool = True,
     alibi_slopes: Tensor | None = None,
     scale: float | None = None,
-) -> Tensor:
-    """α-entmax attention over (B, H, N, D) tensors with the fused Triton kernels.
+    *,
+    q_positions: Tensor | None = None,
+    return_stats: bool = False,
+) -> Tensor | tuple[Tensor, Tensor, Tensor]:
+    """α-entmax attention with the fused Triton kernels.
 
-    alpha: a float or an (H,) tensor in (1, 2] (read at run time: sweeping α does not recompile; it
-    carries no gradient). alibi_slopes: (H,) slopes m_h, bias −m_h·(i − j) taken literally, also
-    when causal=False. scale: defaults to 1/sqrt(D); a per-query scale (ASEntmax) is folded into q.
-    Gradients flow to q, k and v.
+    q: (B, H, Nq, D); k, v: (B, H, Nk, D). Without ``q_positions`` the rows are the positions
+    0 … N−1 (Nq = Nk); with them (an (Nq,) integer tensor, evaluation's row subset) the kernel
+    computes just those rows, forward only. alpha: a float or an (H,) tensor in (1, 2] (read at
+    run time: sweeping α does not recompile; it carries no gradient). alibi_slopes: (H,) slopes
+    m_h, bias −m_h·(pos_i − j) taken literally, also when causal=False. scale: defaults to
+    1/sqrt(D); a per-query scale (ASEntmax) is folded into q. Gradients flow to q, k and v.
+    ``return_stats``: also (entropy, support), each (B, H, Nq): H(p_i)/log(visible keys) (0 for
+    one key) and the number of keys with p_ij > 0, accumulated in the output pass.
     """
     _load_kernels()
-    _check_inputs(q, k, v)
+    _check_inputs(q, k, v, q_positions is None)
     _check_alpha(alpha)
     B, H, N, D = q.shape
     alpha_t = _per_head(alpha, H, q.device, "alpha")
     slopes_t = None if alibi_slopes is None else _per_head(alibi_slopes, H, q.device, "alibi_slopes")
     scale_f = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    if N == 0:
-        return q.new_empty(q.shape)
+    positions = None
+    if q_positions is not None:
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            raise ValueError("the Triton kernel computes gradients of full causal rows only (no q_positions)")
+        positions = q_positions.to(device=q.device, dtype=torch.int32).reshape(-1).contiguous()
+        if positions.numel() != N:
+            raise ValueError(f"q_positions has {positions.numel()} entries for {N} query rows")
+    if N == 0 or k.shape[2] == 0:
+        out = q.new_zeros(q.shape)
+        empty = q.new_zeros((B, H, N), dtype=torch.float32)
+        return (out, empty, empty.clone()) if return_stats else out
     # Only dq and dk need Σ_j u_ij v_j; skip that extra product when neither will be asked for.
     store_vu = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
-    o, *_stats = _entmax_fwd_op(q, k, v, alpha_t, slopes_t, scale_f, bool(causal), _pow_mode(alpha), store_vu)
-    return o
+    o, _tau, _logs, _vu, _map, ent, sup = _entmax_fwd_op(
+        q, k, v, alpha_t, slopes_t, positions, scale_f, bool(causal), _pow_mode(alpha), store_vu,
+        bool(return_stats),
+    )
+    return (o, ent, sup) if return_stats else o
 
 
 def _pow_mode(alpha: float | Tensor) -> int:
@@ -325,3 +366,15 @@ def _pow_mode(alpha: float | Tensor) -> int:
     if isinstance(alpha, Tensor):
         return 0
     return {1.5: 1, 2.0: 2}.get(float(alpha), 0)
+
+
+def triton_path(q: Tensor, k: Tensor, v: Tensor, prob: Any, normalizer: Any, rows: Tensor | None) -> Any:
+    """The engine's ``triton`` path for an ``Entmax`` normalizer (stats only for ``rows``)."""
+    result = triton_entmax_attention(
+        q, k, v, normalizer.alpha, prob.causal, prob.slopes_or_none(), prob.scale,
+        q_positions=None if prob.full_rows else prob.q_positions, return_stats=rows is not None,
+    )
+    if rows is None:
+        return result, None, None
+    out, entropy, support = result
+    return out, entropy[:, :, rows], support[:, :, rows]

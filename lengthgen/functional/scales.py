@@ -1,4 +1,4 @@
-"""Learned query scales s_{h,i} that multiply <q_i, k_j>/sqrt(d) (design.md §2).
+"""Learned query scales s_{h,i} that multiply <q_i, k_j>/sqrt(d).
 
 Heads outside the layer's ``scaled_heads`` (the ALiBi half under NAPE) keep s = 1.
 """
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lengthgen.attention.backend import log_visible
+from lengthgen.functional.positions import log_visible
 
 
 def _only_scaled(scale: torch.Tensor, scaled_heads: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""α-entmax, exactly (design.md §2), with a hand-written backward.
+"""α-entmax, exactly, with a hand-written backward.
 
 ``p_j = [(α−1) z_j − τ]_+ ^ (1/(α−1))`` with τ the unique value making Σ p = 1. We work with the
 scaled, max-shifted scores ``x = (α−1)(z − max z)``, for which τ ∈ [−1, −n^(1−α)] (n = finite
@@ -195,7 +195,7 @@ def entmax_threshold(
 
 
 class EntmaxFunction(torch.autograd.Function):
-    """α-entmax with the closed-form Jacobian-vector product of design.md §2."""
+    """α-entmax with the closed-form Jacobian-vector product (see the module docstring)."""
 
     @staticmethod
     def forward(ctx, z: torch.Tensor, alpha: AlphaLike, dim: int) -> torch.Tensor:  # type: ignore[override]

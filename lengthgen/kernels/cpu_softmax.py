@@ -1,0 +1,449 @@
+"""Exact softmax-family attention on CPU through the CPU flash-attention kernel, ALiBi included.
+
+Why this tool. ``torch.nn.functional.scaled_dot_product_attention`` is the fastest exact softmax
+attention this CPU has (tiled, vectorized exp, never an n×n tensor), but it takes no ALiBi slope
+and no query-row subset. Its CPU kernel, ``aten._scaled_dot_product_flash_attention_for_cpu``, also
+returns each row's log-sum-exp, which lets one row's attention be split over key ranges computed
+separately and merged exactly. Measured alternatives (``benchmarks/README.md``):
+``torch.nn.attention.flex_attention`` with an ALiBi ``score_mod`` compiles on this CPU but ran at
+2× SDPA after 45 s of compilation (and 18 s to build its block mask at 16,384); a BLAS + numba
+kernel needs one scalar ``exp`` per score (numba has no vector math library here), about 7 ns
+against SDPA's ~1 ns per score.
+
+How:
+
+* heads without a slope, full causal rows: one causal SDPA-kernel call over all their rows (the
+  only call that uses every core; the rest runs single-threaded glue and per-block workers);
+* every other case, per block of sorted query rows starting at position p (sloped heads within
+  4× of each other together): the keys every row of the block sees (``[lo, p]``) go through the
+  kernel non-causally; the keys after p that only the later rows see (under 256 of them) are
+  scored directly with the exact bias — or, for heads without a slope and consecutive rows,
+  through the kernel as a causal square; the parts merge by their log-sum-exps. Softmax ignores
+  a per-row constant, so inside a kernel call the bias −m(i − j) becomes +m(j − p) — one extra
+  q/k channel (q gets m/scale, k gets j − p ≤ 0); the true row constant −m(i − p) is added back
+  to the part's log-sum-exp. The keys a row cares about sit near p, where that channel is small,
+  so fp32 rounds it to about 1e-6; where it is large the part's weight is negligible anyway;
+* ALiBi heads skip keys further left than ``lo``: for row i, z_ij − max_j z_ij ≤ 2·scale·|q_i|·max|k|
+  − m(i − j), so the keys beyond the window carry at most ``WINDOW_EPS`` of the row's weight
+  (bounded, not guessed), which leaves the output within 2·WINDOW_EPS·max|v| of exact;
+* adaptive temperature: a first pass attends to [k, j − p] instead of v, giving E_p[z] and
+  H = LSE − E_p[z] per row, θ = poly(H); the second pass is plain softmax of θ·z (q and the slope
+  channel times θ). The kernel accumulates in fp32, so H carries an error of a few 1e-6 nats,
+  which θ's polynomial (slope ≈ 2) and θ·z turn into output errors up to about 2e-5 on peaked
+  rows, against about 1e-6 for plain softmax; an fp64 first pass cost 3.2× the fp32 one.
+
+Diagnostics: the entropy of the diagnostic rows from one more kernel pass over just those rows
+(the same first-pass machinery), their support by counting, on BLAS score blocks, the keys whose
+p = exp(θz − LSE) is a positive float32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from lengthgen.functional.normalizers import compute_dtype
+from lengthgen.functional.temperature import theta_from_entropy
+from lengthgen.kernels import chunking
+from lengthgen.kernels.cpu_blocks import run_blocks
+from lengthgen.kernels.diagnostics import normalize_entropy as _normalize
+from lengthgen.kernels.normalizers import AdaptiveTemperature, Normalizer
+from lengthgen.kernels.problem import AttnProblem, score_block
+
+__all__ = ["fused_path", "flash_unavailable_reason"]
+
+#: Bound on the weight an ALiBi row may lose to its window (relative to the row's total).
+WINDOW_EPS = 2.0**-30
+#: Query rows per kernel call: the CPU kernel's largest query split.
+FLASH_ROWS = 256
+
+
+def _flash_op():  # noqa: ANN202
+    return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def flash_unavailable_reason() -> str:
+    """Why the CPU flash kernel cannot be used ('' when it can)."""
+    return "" if _flash_op() is not None else f"torch {torch.__version__} has no CPU flash-attention kernel"
+
+
+@dataclass
+class _Part:
+    """One key range of a block of rows: log-sum-exp, and the output or the entropy (in nats) of
+    the rows' weights restricted to this range."""
+
+    lse: Tensor
+    out: Tensor | None = None
+    entropy: Tensor | None = None
+
+
+def _merge(a: _Part, b: _Part) -> _Part:
+    """Two disjoint key ranges of the same rows: p = w_a·p_a + w_b·p_b, w = exp(LSE_part − LSE).
+
+    The entropy merges as H = Σ w·H_part − Σ w·log w, which keeps every term small (subtracting
+    two large log-sum-exps of the whole row lost about 1e-5 in fp32).
+    """
+    lse = torch.logaddexp(a.lse, b.lse)
+    wa, wb = torch.exp(a.lse - lse), torch.exp(b.lse - lse)
+    out = None if a.out is None or b.out is None else a.out * wa[..., None] + b.out * wb[..., None]
+    entropy = None
+    if a.entropy is not None and b.entropy is not None:
+        entropy = (
+            torch.where(wa > 0, wa * a.entropy, 0.0) + torch.where(wb > 0, wb * b.entropy, 0.0)
+            - torch.xlogy(wa, wa) - torch.xlogy(wb, wb)
+        )
+    return _Part(lse, out, entropy)
+
+
+def _pad_last(t: Tensor, size: int) -> Tensor:
+    return t if t.shape[-1] == size else torch.nn.functional.pad(t, (0, size - t.shape[-1]))
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """A block of query rows of one head group: q (B, h, R, D), positions (R,), θ (B, h, R)."""
+
+    q: Tensor
+    pos: Tensor
+    theta: Tensor | None
+
+    def scaled_q(self) -> Tensor:
+        return self.q if self.theta is None else self.q * self.theta[..., None]
+
+    def factor(self) -> Tensor | float:
+        return 1.0 if self.theta is None else self.theta
+
+
+def _kernel_part(
+    rows: _Rows, k: Tensor, v: Tensor, slopes: Tensor | None, ref: int, first_key: int, scale: float,
+    want_entropy: bool, causal_square: bool = False, parallel: bool = False,
+) -> _Part:
+    """Rows over keys first_key … first_key + Nk − 1 through the CPU kernel.
+
+    ``slopes`` (h,) or None. A slope enters as the channel +θ·slope·(j − ref) (q gets
+    θ·slope/scale, k gets j − ref); the log-sum-exp is returned in true units (−θ·slope·(pos − ref)
+    added back). ``want_entropy``: the
+    values are [k, j − ref] and the entropy LSE − E_p[θz] is returned instead of an output (the
+    first pass of adaptive temperature, the diagnostics), taken in the kernel's units where both
+    terms are small. ``causal_square``: rows and keys are the same positions, masked
+    causally inside the kernel. ``parallel``: a call big enough for every core (the rest runs
+    single-threaded, see ``_intra_op_threads``).
+    """
+    q = rows.scaled_q()
+    n_keys = k.shape[2]
+    if slopes is not None:
+        rel = torch.arange(first_key - ref, first_key - ref + n_keys, dtype=k.dtype).view(1, 1, -1, 1)
+        channel = (rows.theta[..., None] if rows.theta is not None else q.new_ones(())) * (
+            slopes.to(q.dtype).view(1, -1, 1, 1) / scale
+        )
+        q = torch.cat((q, channel.expand(*q.shape[:3], 1)), dim=-1)
+        k = torch.cat((k, rel.expand(*k.shape[:3], 1)), dim=-1)
+    values = k if want_entropy else v
+    width = max(q.shape[-1], values.shape[-1])
+    args = (_pad_last(q, width), _pad_last(k, width), _pad_last(values, width), 0.0, causal_square)
+    if parallel:
+        with _intra_op_threads(_PARALLEL_THREADS):
+            out, lse = _flash_op()(*args, scale=scale)
+    else:
+        out, lse = _flash_op()(*args, scale=scale)
+    shift = 0.0  # the true row constant −θ·slope·(pos − ref)
+    if slopes is not None:
+        shift = -slopes.to(lse.dtype).view(1, -1, 1) * rows.factor() * (rows.pos - ref).to(lse.dtype)
+    if not want_entropy:
+        return _Part(lse + shift, out=out[..., : v.shape[-1]])
+    return _Part(lse + shift, entropy=lse - scale * torch.linalg.vecdot(q, out[..., : q.shape[-1]]))
+
+
+def _direct_part(
+    rows: _Rows, k: Tensor, v: Tensor, slopes: Tensor | None, first_key: int, scale: float, want_entropy: bool
+) -> _Part:
+    """Rows over the short key span first_key … scored directly: exact causal mask and bias."""
+    z = score_block(rows.q, k, rows.pos - first_key, slopes, scale, causal=True)
+    if rows.theta is not None:
+        z.mul_(rows.theta[..., None])
+    lse = torch.logsumexp(z, dim=-1)
+    p = torch.exp(z - lse[..., None]).nan_to_num_(0.0)  # a row with no key here: −inf − −inf
+    if want_entropy:
+        mean = torch.linalg.vecdot(p, z.nan_to_num(0.0, neginf=0.0))
+        return _Part(lse, entropy=torch.where(torch.isfinite(lse), lse - mean, 0.0))
+    return _Part(lse, out=torch.matmul(p, v))
+
+
+def _blocks(pos: list[int], batch: int) -> list[tuple[int, int]]:
+    """Consecutive sorted rows whose later keys (after the first row's) span under FLASH_ROWS keys.
+
+    At most FLASH_ROWS rows, and the directly scored part within the chunking budget
+    (rows × span × batch ≤ CHUNK_ENTRIES). Bounding the span
+    keeps the work outside the kernel below FLASH_ROWS keys per row however sparse the rows are.
+    """
+    limit = max(1, min(FLASH_ROWS, chunking.CHUNK_ENTRIES))
+    blocks = []
+    start = 0
+    while start < len(pos):
+        stop = start + 1
+        while stop < len(pos) and stop - start < limit:
+            span = pos[stop] - pos[start]
+            if span >= FLASH_ROWS or (stop + 1 - start) * span * batch > chunking.CHUNK_ENTRIES:
+                break
+            stop += 1
+        blocks.append((start, stop))
+        start = stop
+    return blocks
+
+
+def _window(slope: float, scale: float, q_norm: float, k_norm: float) -> int:
+    """Keys beyond this distance carry at most WINDOW_EPS of a row's weight (see module docs)."""
+    reach = 2.0 * scale * q_norm * k_norm + math.log(1.0 / WINDOW_EPS) - math.log(-math.expm1(-slope))
+    return int(math.ceil(reach / slope)) + 1
+
+
+def _head_group(
+    q: Tensor, k: Tensor, v: Tensor, theta: Tensor | None, prob: AttnProblem, slopes: Tensor,
+    want_entropy: bool,
+) -> _Part:
+    """Softmax attention of a group of heads with these ``slopes`` (h,); q: (B, h, Nq, D), rows
+    sorted by position."""
+    pos, scale = prob.q_positions, prob.scale
+    sloped = slopes if bool(slopes.any()) else None
+    if not prob.causal:  # every row sees every key; the engine sends no slope here
+        return _kernel_part(_Rows(q, pos, theta), k, v, None, 0, 0, scale, want_entropy, parallel=True)
+    if prob.full_rows and sloped is None:
+        return _kernel_part(
+            _Rows(q, pos, theta), k, v, None, 0, 0, scale, want_entropy, causal_square=True, parallel=True
+        )
+    B, h, nq, _ = q.shape
+    result = _Part(
+        q.new_empty((B, h, nq)),
+        None if want_entropy else q.new_empty((B, h, nq, v.shape[-1])),
+        q.new_empty((B, h, nq)) if want_entropy else None,
+    )
+    pos_list = pos.tolist()
+    slope_list = slopes.tolist()
+    windowed = sloped is not None and min(slope_list) > 0.0
+    if windowed:
+        q_norm = torch.linalg.vector_norm(q, dim=-1).amax(dim=0)  # (h, Nq)
+        k_norm = torch.linalg.vector_norm(k, dim=-1).amax(dim=(0, 2)).tolist()  # (h,)
+
+    def work(start: int, rows: int, _keys: int, _none: int, _buf: Tensor) -> int:
+        """One block of rows, every head of the group: shared keys through the kernel, later
+        keys merged in."""
+        stop = start + rows
+        first, last = pos_list[start], pos_list[stop - 1]
+        lo = 0
+        if windowed:
+            lo = max(0, first - max(
+                _window(slope_list[head], scale, float(q_norm[head, start:stop].max()), k_norm[head])
+                for head in range(h)
+            ))
+        theta_rows = None if theta is None else theta[:, :, start:stop]
+        block = _Rows(q[:, :, start:stop], pos[start:stop], theta_rows)
+        shared = slice(lo, first + 1)  # keys every row of the block sees
+        part = _kernel_part(block, k[:, :, shared], v[:, :, shared], sloped, first, lo, scale, want_entropy)
+        _store(result, part, start, stop)
+        if last > first:
+            later_theta = None if theta_rows is None else theta_rows[:, :, 1:]
+            later = _Rows(block.q[:, :, 1:], block.pos[1:], later_theta)
+            span = slice(first + 1, last + 1)  # keys only the later rows see
+            ks, vs = k[:, :, span], v[:, :, span]
+            if sloped is None and last - first == rows - 1:  # consecutive rows: a causal square
+                tail = _kernel_part(later, ks, vs, None, 0, first + 1, scale, want_entropy, True)
+            else:
+                tail = _direct_part(later, ks, vs, sloped, first + 1, scale, want_entropy)
+            _store(result, _merge(_slice(part, 1), tail), start + 1, stop)
+        return 0
+
+    items = [(start, stop - start, 1, 0) for start, stop in _blocks(pos_list, B * h)]
+    run_blocks(work, items, 0, _PARALLEL_THREADS)
+    return result
+
+
+def _slice(part: _Part, start: int) -> _Part:
+    """The rows start … of a part."""
+    return _Part(
+        part.lse[:, :, start:],
+        None if part.out is None else part.out[:, :, start:],
+        None if part.entropy is None else part.entropy[:, :, start:],
+    )
+
+
+def _store(result: _Part, part: _Part, start: int, stop: int) -> None:
+    result.lse[:, :, start:stop] = part.lse
+    if result.out is not None and part.out is not None:
+        result.out[:, :, start:stop] = part.out
+    if result.entropy is not None and part.entropy is not None:
+        result.entropy[:, :, start:stop] = part.entropy
+
+
+def _attend(
+    q: Tensor, k: Tensor, v: Tensor, theta: Tensor | None, prob: AttnProblem, want_entropy: bool
+) -> _Part:
+    """Every head, by head group (``_head_groups``), for sorted query rows."""
+    B, H, nq, _ = q.shape
+    lse = q.new_empty((B, H, nq))
+    out = None if want_entropy else q.new_empty((B, H, nq, v.shape[-1]))
+    entropy = q.new_empty((B, H, nq)) if want_entropy else None
+    for heads in _head_groups(prob.slopes.tolist()):
+        index = torch.tensor(heads)
+
+        def pick(t: Tensor | None, index: Tensor = index, every: bool = len(heads) == H) -> Tensor | None:
+            return t if t is None or every else t.index_select(1, index)
+
+        slopes = prob.slopes[index].to(q.dtype)
+        group = (pick(q), pick(k), pick(v), pick(theta))
+        part = _head_group(*group, prob, slopes, want_entropy)  # type: ignore[arg-type]
+        lse[:, heads] = part.lse
+        if out is not None and part.out is not None:
+            out[:, heads] = part.out
+        if entropy is not None and part.entropy is not None:
+            entropy[:, heads] = part.entropy
+    return _Part(lse, out, entropy)
+
+
+def _head_groups(slopes: list[float]) -> list[list[int]]:
+    """Heads without a slope together (one causal call); sloped heads together while their slopes
+    are within 4× of each other (one call per block for all of them: the steepest head's window
+    grows to the gentlest's, which costs less than a second round of small calls)."""
+    flat = [h for h, s in enumerate(slopes) if s == 0.0]
+    groups = [flat] if flat else []
+    current: list[int] = []
+    for h in sorted((h for h, s in enumerate(slopes) if s != 0.0), key=lambda h: -slopes[h]):
+        if current and slopes[current[0]] > 4 * slopes[h]:
+            groups.append(current)
+            current = []
+        current.append(h)
+    return groups + ([current] if current else [])
+
+
+def _attend_rows(
+    q: Tensor, k: Tensor, v: Tensor, theta: Tensor | None, prob: AttnProblem, want_entropy: bool
+) -> _Part:
+    """``_attend`` for query rows in any order (sorted for the blocks, results in the given order)."""
+    pos = prob.q_positions
+    if bool((pos[1:] >= pos[:-1]).all()):
+        return _attend(q, k, v, theta, prob, want_entropy)
+    order = torch.argsort(pos, stable=True)
+    picked = None if theta is None else theta[:, :, order]
+    part = _attend(q[:, :, order], k, v, picked, replace(prob, q_positions=pos[order]), want_entropy)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel())
+    return _Part(
+        part.lse[:, :, inverse],
+        None if part.out is None else part.out[:, :, inverse],
+        None if part.entropy is None else part.entropy[:, :, inverse],
+    )
+
+
+@torch.no_grad()
+def fused_path(
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The engine's ``fused`` path for ``Softmax`` and ``AdaptiveTemperature`` on CPU."""
+    reason = flash_unavailable_reason()
+    if reason:
+        raise RuntimeError(reason)
+    if q.device.type != "cpu":
+        raise ValueError(f"the fused CPU path runs on CPU tensors, got {q.device}")
+    if not prob.causal and prob.has_alibi:
+        raise ValueError("the fused softmax path takes ALiBi slopes only with causal masking")
+    global _PARALLEL_THREADS
+    cd = compute_dtype(q.dtype)
+    _PARALLEL_THREADS = torch.get_num_threads()
+    with _intra_op_threads(1):
+        qc, kc, vc = q.to(cd), k.to(cd), v.to(cd)
+        theta = None
+        if isinstance(normalizer, AdaptiveTemperature):
+            first = _attend_rows(qc, kc, kc, None, prob, want_entropy=True)
+            assert first.entropy is not None
+            theta = theta_from_entropy(first.entropy)
+        result = _attend_rows(qc, kc, vc, theta, prob, want_entropy=False)
+        assert result.out is not None
+        out = result.out.to(v.dtype)
+        if rows is None:
+            return out, None, None
+        entropy, support = _diagnostics(qc, kc, prob, rows, result.lse, theta)
+        return out, entropy, support
+
+
+#: The caller's thread count while the path runs single-threaded glue (``_intra_op_threads``).
+_PARALLEL_THREADS = torch.get_num_threads()
+
+
+@contextmanager
+def _intra_op_threads(n: int) -> Iterator[None]:
+    """Run the glue single-threaded: only the one big kernel call (``_kernel_part`` with
+    ``parallel``) and the worker threads of ``run_blocks`` use the cores. On a busy 2-core machine
+    each small multi-threaded torch op waited for a descheduled OpenMP thread (measured: a quarter
+    of the path's time at 16,384 tokens)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _diagnostics(
+    q: Tensor, k: Tensor, prob: AttnProblem, rows: Tensor, lse: Tensor, theta: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """Entropy and support of the diagnostic rows, without materializing their weights.
+
+    Entropy: H = LSE − E_p[θz], with E_p[θz] from one more kernel pass over just these rows
+    (values [k, j − p]). Support: the keys whose p = exp(θz − LSE) is a positive float32, counted
+    on BLAS score blocks by a numba pass (``_count_above``).
+    """
+    chosen_theta = None if theta is None else theta[:, :, rows]
+    sub = replace(prob, Nq=rows.numel(), q_positions=prob.q_positions[rows], full_rows=False)
+    again = _attend_rows(q[:, :, rows], k, k, chosen_theta, sub, want_entropy=True)
+    assert again.entropy is not None
+    entropy = _normalize(again.entropy, sub.visible())
+    info = torch.finfo(torch.float32)
+    underflow = math.log(info.smallest_normal * info.eps / 2)  # exp(x) > 0 in fp32 iff x > this
+    threshold = lse[:, :, rows] + underflow
+    if chosen_theta is not None:
+        threshold = threshold / chosen_theta
+    support = _count_above(q[:, :, rows] * prob.scale, k, sub, threshold)
+    return entropy, support
+
+
+def _count_above(qs: Tensor, k: Tensor, prob: AttnProblem, threshold: Tensor) -> Tensor:
+    """Per row, the visible keys with scaled score + ALiBi bias above ``threshold`` (B, H, R)."""
+    B, H, R, _ = qs.shape
+    counts = torch.zeros((B, H, R), dtype=torch.float32)
+    pos = prob.q_positions
+    pos_list = pos.tolist()
+    slopes = prob.slopes.tolist()
+    blocks = chunking.plan_chunks(pos_list, prob.Nk, prob.causal, 1, reused_buffer=True)
+    kernel = _count_kernel()
+    qf, kf, thr = qs.float(), k.float(), threshold.float()
+
+    def work(bh: int, start: int, rows: int, keys: int, buf: Tensor) -> int:
+        b, h = divmod(bh, H)
+        scores = buf[: rows * keys].view(rows, keys)
+        torch.mm(qf[b, h, start : start + rows], kf[b, h, :keys].t(), out=scores)
+        row_pos = pos[start : start + rows]
+        if kernel is not None:
+            kernel(scores.numpy(), row_pos.numpy(), slopes[h], thr[b, h, start : start + rows].numpy(),
+                   counts[b, h, start : start + rows].numpy())
+        else:  # numba missing: the same count in torch
+            j = torch.arange(keys)
+            z = scores - slopes[h] * (row_pos[:, None] - j[None, :])
+            above = (z > thr[b, h, start : start + rows, None]) & (j[None, :] <= row_pos[:, None])
+            counts[b, h, start : start + rows] = above.sum(-1).float()
+        return 0
+
+    items = [(bh, start, stop - start, keys) for bh in range(B * H) for start, stop, keys in blocks]
+    buffer = max((stop - start) * keys for start, stop, keys in blocks)
+    run_blocks(work, items, buffer, _PARALLEL_THREADS)
+    return counts
+
+
+def _count_kernel():  # noqa: ANN202
+    """The numba counting pass, or None when numba is unavailable."""
+    from lengthgen.kernels.cpu_entmax import count_above_kernel
+
+    return count_above_kernel()

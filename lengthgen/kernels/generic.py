@@ -1,0 +1,58 @@
+"""The two generic exact paths: they need nothing of a normalizer but ``probs``.
+
+* ``materialized_path`` — the whole score matrix; differentiable (training, small problems);
+* ``chunked_path`` — query blocks over their visible keys (``chunking.plan_chunks``), never an
+  Nq×Nk tensor; the long-sequence path of plugin normalizers and the fallback of every fused one.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lengthgen.functional.normalizers import compute_dtype
+from lengthgen.kernels import chunking
+from lengthgen.kernels.diagnostics import DiagnosticSink, row_diagnostics
+from lengthgen.kernels.normalizers import Normalizer
+from lengthgen.kernels.problem import AttnProblem, score_block
+
+__all__ = ["chunked_path", "materialized_path"]
+
+PathResult = tuple[Tensor, Tensor | None, Tensor | None]
+
+
+def materialized_path(
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
+) -> PathResult:
+    """The whole (B, H, Nq, Nk) score matrix through ``normalizer.probs``; differentiable."""
+    cd = compute_dtype(q.dtype)
+    scores = score_block(q.to(cd), k.to(cd), prob.q_positions, prob.slopes_or_none(), prob.scale, prob.causal)
+    p = normalizer.probs(scores)
+    out = torch.matmul(p.to(cd), v.to(cd)).to(v.dtype)
+    if rows is None:
+        return out, None, None
+    with torch.no_grad():
+        entropy, support = row_diagnostics(p[:, :, rows], prob.visible()[rows])
+    return out, entropy, support
+
+
+@torch.no_grad()
+def chunked_path(
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
+) -> PathResult:
+    """Exact generic path: query blocks over their visible keys, never an Nq×Nk tensor."""
+    cd = compute_dtype(q.dtype)
+    out = torch.empty((prob.B, prob.H, prob.Nq, v.shape[-1]), dtype=cd, device=q.device)
+    sink = DiagnosticSink(rows, prob.B, prob.H, prob.visible()) if rows is not None else None
+    pos = prob.q_positions
+    slopes = prob.slopes_or_none()
+    for start, stop, keys in chunking.plan_chunks(pos.tolist(), prob.Nk, prob.causal, prob.B * prob.H):
+        q_block, k_block = q[:, :, start:stop].to(cd), k[:, :, :keys].to(cd)
+        scores = score_block(q_block, k_block, pos[start:stop], slopes, prob.scale, prob.causal)
+        p = normalizer.probs(scores)
+        out[:, :, start:stop] = torch.matmul(p.to(cd), v[:, :, :keys].to(cd))
+        if sink is not None:
+            sink.add_block(start, stop, p)
+    if sink is None:
+        return out.to(v.dtype), None, None
+    return (out.to(v.dtype), *sink.result())

@@ -1,0 +1,96 @@
+"""What the engine is asked to run: a description of the row normalizer.
+
+A backend hands the engine one of these instead of a bare function, so that the engine can pick a
+fused kernel for the normalizers it knows (softmax, adaptive temperature, top-k, α-entmax) and
+fall back to the generic exact paths, which only need ``probs``, for anything else (a plugin's
+``normalize``). ``probs`` is always the definition the fused kernels are tested against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from lengthgen.functional import normalizers as F
+from lengthgen.functional.entmax import entmax
+
+__all__ = ["AdaptiveTemperature", "Custom", "Entmax", "Normalizer", "Softmax", "TopK"]
+
+
+class Normalizer:
+    """Base: ``probs(scores)`` maps score rows (B, H, R, K) to weights of the same shape."""
+
+    #: True for the normalizers whose weights are softmax(θ·z) of some row factor θ (≥ 1).
+    softmax_like = False
+
+    def probs(self, scores: Tensor) -> Tensor:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Softmax(Normalizer):
+    softmax_like = True
+
+    def probs(self, scores: Tensor) -> Tensor:
+        return F.softmax(scores)
+
+
+@dataclass(frozen=True)
+class AdaptiveTemperature(Normalizer):
+    """softmax(θ z), θ = θ(entropy of softmax(z)) per row (``lengthgen.functional.temperature``)."""
+
+    softmax_like = True
+
+    def probs(self, scores: Tensor) -> Tensor:
+        return F.adaptive_temperature_softmax(scores)
+
+
+@dataclass(frozen=True)
+class TopK(Normalizer):
+    k: int
+
+    def probs(self, scores: Tensor) -> Tensor:
+        return F.topk_softmax(scores, self.k)
+
+
+@dataclass(frozen=True, eq=False)
+class Entmax(Normalizer):
+    """α-entmax with one α for every head (a float) or one per head (an (H,) tensor)."""
+
+    alpha: float | Tensor
+
+    def probs(self, scores: Tensor) -> Tensor:
+        alpha = self.alpha
+        if isinstance(alpha, Tensor) and alpha.numel() > 1 and scores.dim() >= 3:
+            alpha = alpha.reshape(-1, 1, 1).to(device=scores.device)
+        z = scores.to(F.compute_dtype(scores.dtype))
+        return entmax(z, alpha if isinstance(alpha, Tensor) else float(alpha), dim=-1)
+
+
+@dataclass(frozen=True, eq=False)
+class Custom(Normalizer):
+    """Any function of score rows (a plugin's ``normalize``): run by the generic paths only."""
+
+    fn: Callable[[Tensor], Tensor]
+
+    def probs(self, scores: Tensor) -> Tensor:
+        return self.fn(scores)
+
+
+def alpha_per_head(normalizer: Entmax, heads: int) -> Tensor:
+    """The entmax α of every head as an (H,) float64 CPU tensor, checked to lie in (1, 2]."""
+    from lengthgen.kernels.problem import per_head
+
+    alpha = per_head(normalizer.alpha, heads, "alpha", 1.5)
+    if not bool(((alpha > 1) & (alpha <= 2)).all()):
+        raise ValueError(f"alpha must lie in (1, 2], got {normalizer.alpha!r}")
+    return alpha
+
+
+def is_differentiable_parameter(normalizer: Normalizer) -> bool:
+    """True when the normalizer itself carries a tensor that wants a gradient (a learned α)."""
+    alpha = getattr(normalizer, "alpha", None)
+    return isinstance(alpha, torch.Tensor) and alpha.requires_grad

@@ -1,0 +1,164 @@
+"""One validated attention call: shapes, scale, ALiBi slopes, query positions, visible keys.
+
+Every execution path sees the same ``AttnProblem``, built (and its inputs checked) in one place;
+that is what lets the tests compare every path against one brute-force reference. The scores all
+paths compute are
+
+    z_ij = scale·<q_i, k_j> − slope_h·(pos_i − j)   for the keys j ≤ pos_i (causal),
+
+with keys at positions 0 … Nk−1 and pos_i the absolute position of query row i.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["AttnProblem", "per_head", "prepare", "score_block"]
+
+
+@dataclass(frozen=True)
+class AttnProblem:
+    """A validated attention call."""
+
+    B: int
+    H: int
+    Nq: int
+    Nk: int
+    D: int
+    scale: float
+    causal: bool
+    #: (H,) float64 CPU tensor of ALiBi slopes (zeros where a head has no bias).
+    slopes: Tensor
+    has_alibi: bool
+    #: (Nq,) int64 tensor (on the inputs' device) of absolute query positions.
+    q_positions: Tensor
+    #: True when the rows are exactly positions 0..Nk−1 (full causal self-attention).
+    full_rows: bool
+
+    @property
+    def device(self) -> torch.device:
+        return self.q_positions.device
+
+    def visible(self) -> Tensor:
+        """Number of keys each query row sees, (Nq,) int64."""
+        if self.causal:
+            return (self.q_positions + 1).clamp(max=self.Nk)
+        return torch.full_like(self.q_positions, self.Nk)
+
+    def slopes_or_none(self) -> Tensor | None:
+        """The slopes when some head has a bias, else None (the paths skip the bias then)."""
+        return self.slopes if self.has_alibi else None
+
+
+def per_head(value: float | Tensor | None, H: int, name: str, default: float) -> Tensor:
+    """An (H,) float64 CPU tensor from a float, a 1-element or an (H,) tensor, or None."""
+    if value is None:
+        return torch.full((H,), default, dtype=torch.float64)
+    if isinstance(value, Tensor):
+        t = value.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+        if t.numel() == 1:
+            return t.expand(H).clone()
+        if t.numel() != H:
+            raise ValueError(f"{name} must be a float or an ({H},) tensor, got shape {tuple(value.shape)}")
+        return t.clone()
+    return torch.full((H,), float(value), dtype=torch.float64)
+
+
+def _check_values(q: Tensor, k: Tensor, v: Tensor, needs_grad: bool) -> None:
+    """Floating point, and finite when no gradient is needed; else a ValueError naming the input.
+
+    One rule for every evaluation path: a NaN or an infinity in q, k or v is refused here, instead
+    of each kernel doing something different with it (masking it, propagating it, or zeroing the
+    row). With gradients (training) non-finite values propagate instead, so that a diverging run
+    stops on its NaN loss, as diverged, at no cost of a device synchronization per layer.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not t.is_floating_point():
+            raise ValueError(f"attention inputs must be floating point; {name} has dtype {t.dtype}")
+    if needs_grad:
+        return
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.numel() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"attention input {name} contains NaN or infinite values")
+
+
+def prepare(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: bool,
+    alibi_slopes: Tensor | None,
+    scale: float | None,
+    q_positions: Tensor | None,
+    needs_grad: bool = False,
+) -> AttnProblem:
+    """Validate shapes, dtypes, values and positions (ValueError with the reason)."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(
+            f"q, k, v must be (B, H, N, D); got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    B, H, Nq, D = q.shape
+    Nk = k.shape[2]
+    if k.shape != (B, H, Nk, D) or v.shape[:3] != (B, H, Nk):
+        raise ValueError(
+            f"k, v must be (B, H, Nk, D) matching q {tuple(q.shape)}; got {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if not (q.device == k.device == v.device):
+        raise ValueError("q, k, v must be on one device")
+    _check_values(q, k, v, needs_grad)
+    slopes = per_head(alibi_slopes, H, "alibi_slopes", 0.0)
+    if not bool(torch.isfinite(slopes).all()):
+        raise ValueError("alibi_slopes must be finite")
+    sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if not math.isfinite(sc):
+        raise ValueError(f"scale must be finite, got {scale!r}")
+    if q_positions is None:
+        if Nq > Nk:
+            raise ValueError(f"without q_positions, Nq ({Nq}) must not exceed Nk ({Nk})")
+        pos = torch.arange(Nk - Nq, Nk, device=q.device)
+    else:
+        if q_positions.is_floating_point() or q_positions.is_complex():
+            raise ValueError(f"q_positions must be integers, got dtype {q_positions.dtype}")
+        pos = q_positions.to(device=q.device, dtype=torch.long).reshape(-1)
+        if pos.numel() != Nq:
+            raise ValueError(f"q_positions has {pos.numel()} entries for {Nq} query rows")
+        if Nq and (int(pos.min()) < 0 or (causal and int(pos.max()) >= Nk)):
+            raise ValueError(f"q_positions must lie in [0, {Nk}) (got {int(pos.min())}..{int(pos.max())})")
+    full_rows = Nq == Nk and (q_positions is None or bool((pos == torch.arange(Nk, device=pos.device)).all()))
+    return AttnProblem(
+        B=B, H=H, Nq=Nq, Nk=Nk, D=D, scale=sc, causal=bool(causal), slopes=slopes,
+        has_alibi=bool((slopes != 0).any()), q_positions=pos, full_rows=full_rows,
+    )
+
+
+def score_block(
+    q: Tensor,
+    k: Tensor,
+    q_pos: Tensor,
+    slopes: Tensor | None,
+    scale: float,
+    causal: bool = True,
+) -> Tensor:
+    """Scores (B, H, Nq, Nk) with ALiBi bias and −inf on future keys; keys are positions 0..Nk−1.
+
+    Written to touch the block as few times as possible (it is the hot loop of the generic
+    chunked path): the bias is one fused multiply-add with an exact integer distance, and the
+    causal mask only covers the keys after the earliest query row.
+    """
+    scores = torch.matmul(q, k.transpose(-1, -2))
+    scores.mul_(scale)
+    n_k = k.shape[-2]
+    k_pos = torch.arange(n_k, device=q.device)
+    if slopes is not None:
+        distance = (q_pos[:, None] - k_pos[None, :]).to(scores.dtype)  # exact: integers < 2^24
+        scores.addcmul_(slopes.to(device=q.device, dtype=scores.dtype)[:, None, None], distance, value=-1.0)
+    if causal and q_pos.numel():
+        first = int(q_pos.min()) + 1
+        if first < n_k:
+            future = k_pos[None, first:] > q_pos[:, None]
+            scores[..., first:].masked_fill_(future, float("-inf"))
+    return scores
