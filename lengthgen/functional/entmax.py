@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["entmax", "sparsemax", "entmax_forward", "entmax_threshold", "EntmaxFunction"]
+__all__ = ["entmax", "sparsemax", "entmax_backward", "entmax_forward", "entmax_threshold", "EntmaxFunction"]
 
 AlphaLike = float | torch.Tensor
 
@@ -194,6 +194,26 @@ def entmax_threshold(
     return (tau + m).movedim(-1, dim)
 
 
+def _score_gradient(
+    p: torch.Tensor, g: torch.Tensor, alpha: torch.Tensor | float, dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(∂L/∂z, ũ) from the probabilities p and g = ∂L/∂p: u = p^(2−α) on the support, ũ = u/Σu."""
+    on = p > 0
+    u = torch.where(on, p.clamp_min(torch.finfo(p.dtype).tiny).pow(2 - alpha), torch.zeros_like(p))
+    su = u.sum(dim, keepdim=True)
+    u_tilde = u / torch.where(su > 0, su, torch.ones_like(su))
+    return u * g - u * (u_tilde * g).sum(dim, keepdim=True), u_tilde
+
+
+def entmax_backward(p: torch.Tensor, grad: torch.Tensor, alpha: float, dim: int = -1) -> torch.Tensor:
+    """∂L/∂z of α-entmax (scalar α) from its output p and ∂L/∂p, in p's dtype.
+
+    The closed-form Jacobian-vector product: execution paths that compute p their own way
+    (a fused kernel) reuse it as their backward.
+    """
+    return _score_gradient(p, grad.to(p.dtype), float(alpha), dim)[0]
+
+
 class EntmaxFunction(torch.autograd.Function):
     """α-entmax with the closed-form Jacobian-vector product (see the module docstring)."""
 
@@ -216,11 +236,7 @@ class EntmaxFunction(torch.autograd.Function):
         else:
             a_rows = torch.tensor(ctx.alpha_float, dtype=p.dtype, device=p.device)
         on = p > 0
-        u = torch.where(on, p.clamp_min(torch.finfo(p.dtype).tiny).pow(2 - a_rows), torch.zeros_like(p))
-        su = u.sum(dim, keepdim=True)
-        safe_su = torch.where(su > 0, su, torch.ones_like(su))
-        u_tilde = u / safe_su
-        gz = u * g - u * (u_tilde * g).sum(dim, keepdim=True)
+        gz, u_tilde = _score_gradient(p, g, a_rows, dim)
         g_alpha = None
         if rest and ctx.needs_input_grad[1]:
             alpha = rest[0]

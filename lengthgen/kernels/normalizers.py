@@ -67,6 +67,11 @@ class Entmax(Normalizer):
         if isinstance(alpha, Tensor) and alpha.numel() > 1 and scores.dim() >= 3:
             alpha = alpha.reshape(-1, 1, 1).to(device=scores.device)
         z = scores.to(F.compute_dtype(scores.dtype))
+        if not isinstance(alpha, Tensor):
+            from lengthgen.kernels.cpu_entmax_rows import entmax_rows, rows_kernel_applies
+
+            if rows_kernel_applies(z, float(alpha)):
+                return entmax_rows(z, float(alpha))
         return entmax(z, alpha if isinstance(alpha, Tensor) else float(alpha), dim=-1)
 
 

@@ -1,0 +1,121 @@
+"""α-entmax of dense CPU score rows with a numba row solver: the materialized (training) path.
+
+Training materializes B·H·N rows of at most a few hundred scores and differentiates through
+them. The exact torch reference sorts every row (α = 1.5 and 2) or bisects it (other α), and
+that solve was most of an α-entmax model's training step on a CPU: 224 ms of a 992 ms step of
+the quick copy model (B = 64, 8 heads, 67 tokens, one thread), against 37 ms for this kernel.
+Per row, only keys within 1 of the maximum (in (α−1)·z units) can be in the support, and the
+monotone Newton solve of ``cpu_entmax`` finds τ on them in a few passes, ending with the
+closed form for α = 1.5 and α = 2. The backward is the closed-form Jacobian-vector product of
+``lengthgen.functional.entmax``.
+
+The kernel is single-threaded on purpose: numba's parallel loops start an OpenMP pool of their
+own, whose spinning threads slowed torch's matrix products in the same step about fourfold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lengthgen.functional.entmax import entmax_backward
+from lengthgen.kernels import cpu_entmax
+
+__all__ = ["entmax_rows", "rows_kernel_applies"]
+
+_kernel: Any = None
+
+if cpu_entmax.numba is not None:
+    from numba import njit
+
+    _newton = cpu_entmax._newton
+    MODE_15, MODE_2 = cpu_entmax.MODE_15, cpu_entmax.MODE_2
+
+    @njit(cache=True, nogil=True, fastmath={"nsz", "arcp", "contract", "reassoc"})
+    def _entmax_rows(z, am1, e, em1, em1_int, mode, p):  # noqa: ANN001, ANN202
+        """p[r] = α-entmax(z[r]) for every row; −inf entries (and all −inf rows) get 0."""
+        R, n = z.shape
+        cv = np.empty(n, np.float32)
+        ci = np.empty(n, np.int64)
+        for r in range(R):
+            row = z[r]
+            out = p[r]
+            m = -np.inf
+            for j in range(n):
+                out[j] = 0.0
+                m = max(m, row[j] * am1)
+            if m == -np.inf:
+                continue
+            k = 0
+            for j in range(n):
+                x = row[j] * am1
+                cv[k] = x
+                ci[k] = j
+                k += x > m - 1.0
+            k, tau = _newton(cv, ci, k, m, -1.0, e, em1, em1_int, mode)
+            c = m + tau
+            total = 0.0
+            for a in range(k):
+                d = np.float64(cv[a]) - c
+                if mode == MODE_15:
+                    w = d * d
+                elif mode == MODE_2:
+                    w = d
+                else:
+                    w = d**e
+                total += w
+                out[ci[a]] = w
+            inv = 1.0 / total
+            for a in range(k):
+                out[ci[a]] = np.float32(out[ci[a]] * inv)
+
+    _kernel = _entmax_rows
+
+
+def rows_kernel_applies(z: Tensor, alpha: object) -> bool:
+    """CPU float32 scores, one α for every row, numba present."""
+    return (
+        _kernel is not None and z.device.type == "cpu" and z.dtype == torch.float32 and z.dim() >= 1
+        and z.shape[-1] > 0 and isinstance(alpha, float) and 1.0 < alpha <= 2.0
+    )
+
+
+def _forward(z: Tensor, alpha: float) -> Tensor:
+    flat = z.detach().contiguous().view(-1, z.shape[-1]).numpy()
+    p = np.empty_like(flat)
+    expo = 1.0 / (alpha - 1.0)
+    em1 = expo - 1.0
+    em1_int = int(round(em1)) if abs(em1 - round(em1)) < 1e-12 and round(em1) <= 16 else -1
+    mode = {1.5: cpu_entmax.MODE_15, 2.0: cpu_entmax.MODE_2}.get(alpha, cpu_entmax.MODE_GENERAL)
+    _kernel(flat, alpha - 1.0, expo, em1, em1_int, mode, p)
+    return torch.from_numpy(p).view(z.shape)
+
+
+class _RowEntmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, z: Tensor, alpha: float) -> Tensor:  # type: ignore[override]
+        p = _forward(z, alpha)
+        ctx.alpha = alpha
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        (p,) = ctx.saved_tensors
+        return entmax_backward(p, grad, ctx.alpha), None
+
+
+def entmax_rows(z: Tensor, alpha: float) -> Tensor:
+    """α-entmax along the last dim (see ``rows_kernel_applies``); differentiable in z.
+
+    Scores must be finite or −inf (masked keys): NaN or +inf rows go to the torch reference,
+    which defines them (the kernel is compiled for finite arithmetic).
+    """
+    if bool(torch.isnan(z).any()) or bool((z == float("inf")).any()):
+        from lengthgen.functional.entmax import entmax
+
+        return entmax(z, alpha, dim=-1)
+    return _RowEntmax.apply(z, alpha)
