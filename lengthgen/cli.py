@@ -324,18 +324,25 @@ def eval_command(
     eval_samples: int | None = typer.Option(None, "--eval-samples", help="Samples per length (the most)."),
     param: list[str] = typer.Option(None, "--param",
                                     help="Evaluate on a task variant: task parameter key=value."),
+    attn: str | None = typer.Option(
+        None, "--attn", help="Evaluate the same weights with another backend (its parameters must match)."),
+    attn_option: list[str] = typer.Option(None, "--attn-option",
+                                          help="Evaluate with this backend option key=value."),
     redo: bool = typer.Option(False, "--redo", help="Re-evaluate lengths the results already hold."),
     device: Device = typer.Option(Device.auto, "--device"),
     log: Log | None = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Evaluate saved models at more lengths or on a task variant; add the rows to their results."""
+    """Evaluate saved models at more lengths, on a task variant or with another backend; add the rows
+    to their results."""
     from lengthgen.config import parse_assignments
     from lengthgen.harness.reevaluate import find_saved_runs, plan_evaluation, run_evaluation
 
     runs = find_saved_runs(path)
     params = parse_assignments(param, "--param")
-    plans = [plan_evaluation(run, max_factor=max_factor, eval_samples=eval_samples, task_params=params)
+    options = parse_assignments(attn_option, "--attn-option")
+    plans = [plan_evaluation(run, max_factor=max_factor, eval_samples=eval_samples, task_params=params,
+                             attn=attn, attn_options=options)
              for run in runs]
     _check_run_environment(device, log)
     failed = 0

@@ -143,3 +143,45 @@ def test_eval_refuses(tmp_path: Path, make: str, args: list[str], expected: str)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], result.stderr
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
+
+
+def test_the_same_weights_evaluated_with_another_backend(tmp_path: Path) -> None:
+    """Adaptive temperature without its inference-time sharpening is softmax on its weights."""
+    import torch
+
+    from lengthgen.harness.evaluate import evaluate_length
+    from lengthgen.harness.run import build
+
+    config = build_run_config("max_retrieval", "adaptive_temperature",
+                              overrides={**TINY, "eval.max_factor": 2})
+    frame = execute(config, tmp_path, progress=False)
+    run_dir = tmp_path / frame["run_id"].iloc[0]
+    result = evaluate(str(run_dir), "--attn", "softmax")
+    assert result.exit_code == 0, result.output
+    rows = pd.read_parquet(run_dir / "results.parquet")
+    plain = rows[rows["eval_variant"] == "attn=softmax"].sort_values("factor")
+    assert list(plain["factor"]) == [1, 2] and set(plain["attn"]) == {"adaptive_temperature"}
+    # reference: a softmax model built by hand with the saved weights
+    softmax = config.model_copy(update={"attn": "softmax", "attn_options": {}})
+    task, model = build(softmax)
+    model.load_state_dict(torch.load(run_dir / "model.pt", weights_only=True)["state_dict"])
+    model.eval()
+    for factor, row in zip((1, 2), plain.itertuples(), strict=True):
+        expected = evaluate_length(model, task, 6 * factor, factor, config.eval, torch.device("cpu"),
+                                   progress=False)
+        assert row.exact_match == expected.exact_match and row.token_accuracy == expected.token_accuracy
+    sharpened = rows[rows["eval_variant"] == ""].sort_values("factor")
+    assert list(sharpened["factor"]) == [1, 2]
+
+
+def test_weights_that_do_not_fit_the_other_backend_are_refused(tmp_path: Path) -> None:
+    frame = execute(build_run_config("max_retrieval", "ssmax", overrides={**TINY, "eval.max_factor": 1}),
+                    tmp_path, progress=False)
+    run_dir = tmp_path / frame["run_id"].iloc[0]
+    result = evaluate(str(run_dir), "--attn", "softmax")
+    assert result.exit_code == 2
+    assert "do not fit the model with backend 'softmax'" in result.stderr
+    assert "unexpected blocks.0.attn.backend.scale.sigma" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    unknown = evaluate(str(run_dir), "--attn", "nosuch")
+    assert unknown.exit_code == 2 and "valid attention backends" in unknown.stderr

@@ -5,7 +5,8 @@ weights). The evaluation goes through the same ``build_run_config`` and ``evalua
 fresh run, so a length added later gets exactly the row a run with the larger ``max_factor``
 would have written. New rows keep the run's identity (``run_id``, ``config_hash``,
 ``config_json``: the model is the same) and say what was evaluated in ``eval_variant``: empty
-for the training task, else the task parameters that differ (``eval_variant=sparse``). They are
+for the training task, else the task parameters that differ (``eval_variant=sparse``) and the
+backend or backend options the same weights were evaluated with (``attn=softmax``). They are
 merged into the run's ``results.parquet`` and, inside a sweep folder, into its
 ``data/<run_id>.parquet``: a row with the same (run, length, variant) is replaced, never
 duplicated, and each file is rewritten atomically.
@@ -116,8 +117,14 @@ class EvalPlan:
 
 
 def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_samples: int | None = None,
-                    task_params: Mapping[str, Any] | None = None) -> EvalPlan:
-    """What evaluating ``run`` with these settings means, checked before any model is loaded."""
+                    task_params: Mapping[str, Any] | None = None, attn: str | None = None,
+                    attn_options: Mapping[str, Any] | None = None) -> EvalPlan:
+    """What evaluating ``run`` with these settings means, checked before any model is loaded.
+
+    ``attn`` / ``attn_options`` evaluate the same weights with another normalizer or other
+    backend options (an ablation, e.g. adaptive temperature without its inference-time
+    sharpening: ``attn="softmax"``); the weights must fit the other backend's parameters.
+    """
     base = run.config
     overrides = dotted(base)
     if max_factor is not None:
@@ -126,15 +133,25 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
         overrides["eval.samples"] = eval_samples
         overrides["eval.min_samples"] = min(base.eval.min_samples, eval_samples)
     params = {**base.task_params, **(task_params or {})}
-    config = build_run_config(base.task, base.attn, pos=base.pos, preset=base.preset, seed=base.seed,
-                              task_params=params, attn_options=base.attn_options, overrides=overrides)
+    eval_attn = attn or base.attn
+    options = dict(base.attn_options) if eval_attn == base.attn else {}
+    options.update(attn_options or {})
+    config = build_run_config(base.task, eval_attn, pos=base.pos, preset=base.preset, seed=base.seed,
+                              task_params=params, attn_options=options, overrides=overrides)
     trained, evaluated = get_task(base.task, **base.task_params), get_task(base.task, **params)
     if evaluated.vocab.tokens != trained.vocab.tokens:
         raise UserError(f"--param {variant_label(task_params or {})} changes the task's vocabulary "
                         f"({trained.vocab.size} → {evaluated.vocab.size} tokens); the saved model cannot "
                         "read it")
     before, after = trained.config.model_dump(mode="json"), evaluated.config.model_dump(mode="json")
-    variant = variant_label({k: v for k, v in after.items() if before.get(k) != v})
+    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    if config.attn != base.attn:
+        changed["attn"] = config.attn
+    changed.update({f"attn.{k}": v for k, v in config.attn_options.items()
+                    if config.attn != base.attn or base.attn_options.get(k) != v})
+    variant = variant_label(changed)
+    if config.attn != base.attn or config.attn_options != base.attn_options:
+        _fitting_state(run, config, Transformer(config.model(evaluated.vocab.size), seed=config.seed))
     factors = config.eval.factors()
     done = _evaluated_factors(run, variant)
     return EvalPlan(run, config, variant, factors, [f for f in factors if f not in done])
@@ -189,15 +206,28 @@ class EvalOutcome:
     error: str | None = None
 
 
-def load_model(run: SavedRun, vocab_size: int, device: torch.device) -> Transformer:
-    path = run.run_dir / "model.pt"
-    model = Transformer(run.config.model(vocab_size), seed=run.config.seed)
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-        model.load_state_dict(checkpoint["state_dict"])
-    except Exception as exc:  # a truncated file, a different model: the user can only redo the run
-        raise UserError(f"cannot load {path}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+def load_model(run: SavedRun, config: RunConfig, vocab_size: int, device: torch.device) -> Transformer:
+    """The run's weights in a model built from ``config`` (the run's, or an evaluation variant's)."""
+    model = Transformer(config.model(vocab_size), seed=config.seed)
+    model.load_state_dict(_fitting_state(run, config, model))
     return model.to(device).eval()
+
+
+def _fitting_state(run: SavedRun, config: RunConfig, model: Transformer) -> dict[str, Any]:
+    """The saved weights, checked to name exactly the parameters of ``model`` (one-line error)."""
+    path = run.run_dir / "model.pt"
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+    except Exception as exc:  # a truncated file: the user can only redo the run
+        raise UserError(f"cannot load {path}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+    own = set(model.state_dict())
+    missing, unexpected = sorted(own - set(state)), sorted(set(state) - own)
+    if missing or unexpected:
+        detail = ", ".join([*(f"missing {k}" for k in missing[:2]),
+                            *(f"unexpected {k}" for k in unexpected[:2])])
+        other = f" with backend {config.attn!r}" if config.attn != run.config.attn else ""
+        raise UserError(f"the weights in {path} do not fit the model{other} ({detail})")
+    return state
 
 
 def _identity(run: SavedRun, device: torch.device, params: int) -> dict[str, Any]:
@@ -224,7 +254,7 @@ def run_evaluation(plan: EvalPlan, factors: Sequence[int], *, device_name: str =
     run, config = plan.run, plan.config
     device = resolve_device(device_name)
     task = get_task(config.task, **config.task_params)
-    model = load_model(run, task.vocab.size, device)
+    model = load_model(run, config, task.vocab.size, device)
     identity = _identity(run, device, model.num_parameters())
     rows: list[dict[str, Any]] = []
     error = None
