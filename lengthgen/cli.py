@@ -476,15 +476,21 @@ def leaderboard_command(
     commit: str | None = typer.Option(
         None, "--commit", envvar="LENGTHGEN_COMMIT",
         help="Commit the page names (default: the last git commit that touched the data)."),
+    ablations: str | None = typer.Option(
+        None, "--ablations", help="Folder of ablation sweeps (each with ABOUT.md) to publish as "
+                                  "'What changes the result'."),
 ) -> None:
     """Tables (mean and 95% CI over seeds, learned seeds, selected settings, paper rows) and plots."""
     from lengthgen.leaderboard import write_leaderboard
+    from lengthgen.leaderboard.ablations import load_ablations
 
     out_dir = folder_for_writing(out, "--out")
     rows = _load_rows(results)
+    if ablations is not None:
+        load_ablations(ablations)  # checked before anything is written
     with new_folder(out_dir):
         written = write_leaderboard(rows, out_dir, title=title, source=results, hardware=hardware,
-                                    commit=commit)
+                                    commit=commit, ablations=ablations)
     for path in written:
         typer.echo(str(path))
 

@@ -135,7 +135,42 @@ def sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
 
 
 def leaderboard_command(source: str, out_name: str, hardware: str | None, title: str,
-                        default_title: str) -> str:
+                        default_title: str, ablations: str | None = None) -> str:
     return (f"lengthgen leaderboard {shlex.quote(source)} --out {shlex.quote(out_name)}"
             + (f" --hardware {shlex.quote(hardware)}" if hardware else "")
-            + (f" --title {shlex.quote(title)}" if title != default_title else ""))
+            + (f" --title {shlex.quote(title)}" if title != default_title else "")
+            + (f" --ablations {shlex.quote(ablations)}" if ablations else ""))
+
+
+def _variant_flags(variant: str) -> list[str]:
+    """``eval_variant`` text → the ``lengthgen eval`` flags that evaluate it again."""
+    import re
+
+    flags = []
+    for item in re.split(r",(?=[A-Za-z_][\w.]*=)", variant) if variant else []:
+        key, _, value = item.partition("=")
+        if key == "attn":
+            flags.append(f"--attn {shlex.quote(value)}")
+        elif key.startswith("attn."):
+            flags.append(f"--attn-option {shlex.quote(key[5:] + '=' + value)}")
+        else:
+            flags.append(f"--param {shlex.quote(item)}")
+    return flags
+
+
+def eval_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
+    """``lengthgen eval`` commands for what a sweep command does not rebuild: a run's lengths beyond
+    its config's ``max_factor`` and its evaluation variants (one command per run and variant)."""
+    commands = []
+    ok = rows[rows["status"] == "ok"].dropna(subset=["factor"])
+    variants = ok["eval_variant"].fillna("").astype(str) if "eval_variant" in ok else pd.Series("", ok.index)
+    for (run_id, variant), group in ok.groupby([ok["run_id"], variants], sort=True):
+        config = config_dict(group["config_json"].iloc[0])
+        top = int(group["factor"].max())
+        configured = int(config.get("eval", {}).get("max_factor", top)) if config else top
+        if not variant and top <= configured:
+            continue
+        flags = [f"--max-factor {top}"] if top != configured else []
+        target = f"{sweep_dir.rstrip('/')}/runs/{run_id}"
+        commands.append(" ".join(["lengthgen eval", shlex.quote(target), *flags, *_variant_flags(variant)]))
+    return commands

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,9 +19,10 @@ import pandas as pd
 
 from lengthgen.files import atomic_write
 from lengthgen.leaderboard import page as html_page
+from lengthgen.leaderboard.ablations import Ablation, ablation_table
 from lengthgen.leaderboard.paper import PAPER_LABEL, PAPER_TRAIN_LENGTHS, PROTOCOL_LABEL
 from lengthgen.leaderboard.plots import DISPERSION_CAPTION, plot_dispersion, plot_exact_match
-from lengthgen.leaderboard.reproduce import leaderboard_command, sweep_commands
+from lengthgen.leaderboard.reproduce import eval_commands, leaderboard_command, sweep_commands
 from lengthgen.leaderboard.selection import PREDATES
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD
 from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
@@ -109,9 +111,33 @@ class Rendered:
     files: dict[str, bytes]
 
 
+ABLATIONS_INTRO = ("Controlled experiments, each a sweep of its own: one thing varies, everything else is "
+                   "held fixed. The text states the question and what the data show; every number in the "
+                   "tables comes from the committed rows, and the commands under each table reproduce them.")
+
+
+def _ablation_commands(ablation: Ablation) -> list[str]:
+    return [*sweep_commands(ablation.rows, ablation.source), *eval_commands(ablation.rows, ablation.source)]
+
+
+def _ablation_markdown(ablation: Ablation) -> list[str]:
+    return [f"### {ablation.title}", "", *[line for p in ablation.paragraphs for line in (p, "")],
+            markdown(ablation_table(ablation.rows)), "", "```sh", *_ablation_commands(ablation), "```", ""]
+
+
+def _ablation_html(ablation: Ablation) -> list[str]:
+    commands = _ablation_commands(ablation)
+    anchor, heading = html_page._attr(ablation.name), html_page.html.escape(ablation.title)
+    return [f'<h3 id="ablation-{anchor}">{heading}</h3>',
+            *[f"<p>{_bold(html_page.code_spans(p))}</p>" for p in ablation.paragraphs],
+            html_page.html_table(ablation_table(ablation.rows)),
+            "<pre>" + "\n".join(html_page.html.escape(c) for c in commands) + "</pre>"]
+
+
 def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR", out_name: str = "OUT",
-           hardware: str | None = None, commit: str = UNKNOWN_COMMIT, data_link: str = "data/") -> Rendered:
-    """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows."""
+           hardware: str | None = None, commit: str = UNKNOWN_COMMIT, data_link: str = "data/",
+           ablations: Sequence[Ablation] = (), ablations_source: str | None = None) -> Rendered:
+    """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows (and the ablations)."""
     rows = rows.sort_values(["task", "attn", "pos", "seed", "run_id", "factor"], kind="mergesort",
                             na_position="last").reset_index(drop=True)
     summary = summarize(rows)
@@ -152,8 +178,16 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
            f"lengthgen {_values(rows['lengthgen_version'])}, torch {_values(rows['torch_version'])}",
            "evaluation: a fixed test set per (task, length), independent of the training seed (paired); "
            "checkpoint selection as in the table (`id` = in-distribution validation, `8x` = at 8×)."]
-    commands = [*sweep_commands(rows, source),
-                leaderboard_command(source, out_name, hardware, title, DEFAULT_TITLE)]
+    commands = [*sweep_commands(rows, source), *eval_commands(rows, source),
+                leaderboard_command(source, out_name, hardware, title, DEFAULT_TITLE, ablations_source)]
+    ablation_html: list[str] = []
+    if ablations:
+        md += ["## What changes the result", "", ABLATIONS_INTRO, ""]
+        for ablation in ablations:
+            md += _ablation_markdown(ablation)
+            ablation_html += _ablation_html(ablation)
+        ablation_html = ['<h2 id="ablations">What changes the result</h2>', f"<p>{ABLATIONS_INTRO}</p>",
+                         *ablation_html]
     md += ["## Protocol and hardware", "", markdown(protocol), "", *[f"- {line}" for line in env], "",
            "## Reproduce", "", RESUME, "", "```sh", *commands, "```", ""]
     files["README.md"] = "\n".join(md).encode()
@@ -161,7 +195,7 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     interval_html = f'<abbr title="{html_page._attr(INTERVAL_TITLE)}">{INTERVAL}</abbr>'
     items = [_bold(html_page.code_spans(p)).replace("{interval}", interval_html) for p in intro]
     intro_html = ["<h2>How to read</h2>", "<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>"]
-    tail = ["<h2>Protocol and hardware</h2>", html_page.html_table(protocol),
+    tail = [*ablation_html, "<h2>Protocol and hardware</h2>", html_page.html_table(protocol),
             "<ul>" + "".join(f"<li>{html_page.code_spans(line)}</li>" for line in env) + "</ul>",
             "<h2>Reproduce</h2>", f"<p>{RESUME}</p>",
             "<pre>" + "\n".join(html_page.html.escape(c) for c in commands) + "</pre>"]
@@ -179,13 +213,18 @@ def _values(series: pd.Series) -> str:
 
 
 def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title: str = DEFAULT_TITLE,
-                      source: str = "DIR", hardware: str | None = None,
-                      commit: str | None = None) -> list[Path]:
+                      source: str = "DIR", hardware: str | None = None, commit: str | None = None,
+                      ablations: str | os.PathLike[str] | None = None) -> list[Path]:
     """Render and write every output under ``out`` (atomically, file by file); returns the paths.
 
-    ``commit`` defaults to the last git commit of the data under ``source``."""
+    ``commit`` defaults to the last git commit of the data under ``source``; ``ablations`` is a
+    folder of ablation sweeps (``lengthgen.leaderboard.ablations``)."""
+    from lengthgen.leaderboard.ablations import load_ablations
+
     data = Path(source) / "data" if (Path(source) / "data").is_dir() else Path(source)
     link = os.path.relpath(data, out).replace(os.sep, "/") + ("/" if data.is_dir() else "")
+    found = load_ablations(ablations) if ablations is not None else []
     rendered = render(rows, title=title, source=source, out_name=str(out), hardware=hardware,
-                      commit=commit if commit is not None else data_commit(data), data_link=link)
+                      commit=commit if commit is not None else data_commit(data), data_link=link,
+                      ablations=found, ablations_source=None if ablations is None else str(ablations))
     return [atomic_write(Path(out) / name, content) for name, content in sorted(rendered.files.items())]

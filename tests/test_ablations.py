@@ -1,0 +1,95 @@
+"""Ablations on the leaderboard: every setting of an ablation sweep in its own table, the author's
+text beside it, commands that rebuild it (sweep grid and evaluation variants), determinism."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from leaderboard_rows import make_rows  # tests/ is on sys.path
+from typer.testing import CliRunner
+
+from lengthgen.cli import app
+from lengthgen.harness.evaluate import wilson_interval
+from lengthgen.harness.results import write_parquet_atomic
+from lengthgen.leaderboard.ablations import ablation_table, load_ablations
+from lengthgen.leaderboard.reproduce import eval_commands
+
+runner = CliRunner()
+
+
+ABOUT = "# Does the learning rate matter?\n\nIt does.\n\nA `lr` grid."
+VARIANT_SETTING = "eval.max_factor=2, eval.samples=100, train.lr=0.004, +1 more"
+
+
+def _ablation(folder: Path, about: str = ABOUT) -> Path:
+    low = make_rows({("entmax", 0): [0.0, 0.0], ("entmax", 1): [0.1, 0.0]}, lr=1e-3,
+                    val={("entmax", 0): (0.0, 0.0), ("entmax", 1): (0.1, 0.0)})
+    high = make_rows({("entmax", 0): [0.95, 0.4], ("entmax", 1): [0.91, 0.2]}, lr=4e-3,
+                     val={("entmax", 0): (0.96, 0.3), ("entmax", 1): (0.9, 0.1)})
+    variant = high[high["seed"] == 0].copy()
+    variant["eval_variant"] = "attn=softmax"
+    variant["exact_match"] = [0.5, 0.1]
+    variant["exact_match_lo"], variant["exact_match_hi"] = zip(*(wilson_interval(h, 100) for h in (50, 10)),
+                                                               strict=True)
+    rows = pd.concat([low, high, variant], ignore_index=True)
+    for run_id, group in rows.groupby("run_id"):
+        write_parquet_atomic(group.reset_index(drop=True), folder / "lr" / "data" / f"{run_id}.parquet")
+    (folder / "lr" / "ABOUT.md").write_text(about, encoding="utf-8")
+    return folder
+
+
+def test_every_setting_of_an_ablation_is_a_row(tmp_path: Path) -> None:
+    (ablation,) = load_ablations(_ablation(tmp_path))
+    assert ablation.title == "Does the learning rate matter?"
+    assert ablation.paragraphs == ("It does.", "A `lr` grid.")
+    table = ablation_table(ablation.rows)
+    rows = {(r.cells[1].plain, r.cells[3].text.split(" · ")[0]): [c.plain for c in r.cells]
+            for r in table.rows}
+    assert set(rows) == {("entmax", "train.lr=0.001"), ("entmax", "train.lr=0.004"),
+                         ("entmax [attn=softmax]", VARIANT_SETTING)}
+    high = rows[("entmax", "train.lr=0.004")]
+    assert high[4:] == ["2", "2/2", "93.0 [67.6, 100.0]", "30.0 [0.0, 100.0]", "1×"]
+    low = rows[("entmax", "train.lr=0.001")]
+    assert low[4:] == ["2", "0/2", "5.0 [0.0, 68.5]", "0.0 [0.0, 0.0]", "—"]
+    plain = rows[("entmax [attn=softmax]", VARIANT_SETTING)]
+    assert plain[4:7] == ["1", "0/1", "50.0 [40.4, 59.6]"]
+
+
+def test_commands_rebuild_the_grid_and_the_variants(tmp_path: Path) -> None:
+    (ablation,) = load_ablations(_ablation(tmp_path))
+    commands = eval_commands(ablation.rows, ablation.source)
+    run_id = ablation.rows[(ablation.rows["eval_variant"] == "attn=softmax")]["run_id"].iloc[0]
+    assert commands == [f"lengthgen eval {ablation.source}/runs/{run_id} --attn softmax"]
+    extended = ablation.rows.copy()
+    extended.loc[extended["factor"] == 2, "factor"] = 4  # a length past the config's max_factor (2)
+    assert any("--max-factor 4" in c for c in eval_commands(extended, "S"))
+
+
+def test_leaderboard_publishes_ablations(tmp_path: Path) -> None:
+    board = make_rows({("softmax", 0): [1.0, 0.5]}, val={("softmax", 0): (1.0, 0.4)})
+    for run_id, group in board.groupby("run_id"):
+        write_parquet_atomic(group.reset_index(drop=True), tmp_path / "main" / "data" / f"{run_id}.parquet")
+    abl = _ablation(tmp_path / "abl")
+    args = ["leaderboard", str(tmp_path / "main"), "--out", str(tmp_path / "out"), "--ablations", str(abl),
+            "--commit", "abc1234"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    readme = (tmp_path / "out" / "README.md").read_text()
+    section = readme[readme.index("## What changes the result"):readme.index("## Protocol and hardware")]
+    assert "### Does the learning rate matter?" in section and "It does." in section
+    assert "train.lr=0.001,0.004" in section and "--attn softmax" in section
+    assert f"--ablations {abl}" in readme
+    page = (tmp_path / "out" / "leaderboard.html").read_text()
+    assert 'id="ablation-lr"' in page and "<code>lr</code>" in page
+    first = {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    assert runner.invoke(app, args).exit_code == 0
+    assert first == {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+
+
+def test_an_ablation_without_a_title_is_refused(tmp_path: Path) -> None:
+    abl = _ablation(tmp_path / "abl", about="no title line\n")
+    result = runner.invoke(app, ["leaderboard", str(abl / "lr"), "--out", str(tmp_path / "out"),
+                                 "--ablations", str(abl)])
+    assert result.exit_code == 2 and "must start with a '# title' line" in result.stderr
+    assert not (tmp_path / "out").exists()
