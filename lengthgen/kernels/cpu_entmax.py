@@ -32,134 +32,40 @@ import torch
 from torch import Tensor
 
 from lengthgen.kernels.cpu_blocks import RowJob
+from lengthgen.kernels.entmax_newton import (
+    FASTMATH,
+    MAX_NEWTON,
+    MODE_2,
+    MODE_15,
+    MODE_GENERAL,
+    NUMBA_ERROR,
+    STEP_TOL,
+    numba,
+)
 from lengthgen.kernels.normalizers import Entmax, Normalizer, alpha_per_head
 from lengthgen.kernels.problem import AttnProblem
 
 __all__ = ["fused_available", "fused_entmax_attention"]
 
-try:  # numba is a dependency, but keep the package importable (and the chunked path usable) without it
-    import numba
+if numba is not None:
     from numba import njit
 
-    _NUMBA_ERROR: BaseException | None = None
-except Exception as exc:  # pragma: no cover - exercised only where numba is missing
-    numba = None
-    _NUMBA_ERROR = exc
+    from lengthgen.kernels.entmax_newton import newton as _newton
+    from lengthgen.kernels.entmax_newton import newton_step as _step
+    from lengthgen.kernels.entmax_newton import powm1 as _powm1
 
-# No "ninf": the kernel starts reductions at −inf. "nnan" is safe because every score is finite (the
-# wrapper rejects non-finite inputs) and lets LLVM vectorize the max reductions.
-_FASTMATH = {"nsz", "arcp", "contract", "reassoc", "nnan"}
-_MAX_NEWTON = 200
-_STEP_TOL = 1e-14
+
 #: Scores are scanned in chunks of this many keys; a chunk whose maximum is below the current lower
 #: bound of τ is skipped without looking at its keys.
 _CHUNK = 16
 
-MODE_GENERAL, MODE_15, MODE_2 = 0, 1, 2
 #: Upper bound on query rows per score block (keeps enough blocks for the threads at small N).
 _MAX_BLOCK_ROWS = 512
 
 
 if numba is not None:
 
-    @njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
-    def _powm1(d: float, em1: float, em1_int: int) -> float:
-        # d^(e−1) for d > 0; integer exponents (α = 2, 1.5, 4/3, 1.25, …) by multiplication.
-        if em1_int == 0:
-            return 1.0
-        if em1_int > 0:
-            r = d
-            for _ in range(em1_int - 1):
-                r *= d
-            return r
-        return d**em1
-
-    @njit(cache=True, fastmath=_FASTMATH, nogil=True, inline="always")
-    def _step(S, W, e):  # noqa: ANN001, ANN202
-        """Newton step on h(τ) = S(τ)^(1/e) − 1, S = Σ[x − τ]_+^e, W = Σ[x − τ]_+^(e−1).
-
-        h is convex and decreasing like S − 1, so Newton from the left still never overshoots,
-        and h is linear in τ when the live scores are equal: a flat row (dense support) needs one
-        step where Newton on S − 1 needed ten and more (h' = −S^(1/e − 1)·W).
-        """
-        return (S - S ** (1.0 - 1.0 / e)) / W
-
-    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
-    def _newton(cv, ci, k, m, tau, e, em1, em1_int, mode):  # noqa: ANN001, ANN202
-        """τ (relative to m) on the values cv[:k] (float32, each > m − 1), from a lower bound ``tau``.
-
-        f(τ) = Σ[cv − m − τ]_+^e − 1 is convex and decreasing, so Newton from the left increases
-        monotonically to the root. Entries at or below the current τ can never return, so the buffer
-        is compacted whenever half of it has dropped out; on return cv[:k] is exactly the support.
-        For α = 1.5 and α = 2 the final τ is the closed form on that support.
-        """
-        for _ in range(_MAX_NEWTON):
-            c = m + tau
-            f = -1.0
-            fp = 0.0
-            act = 0
-            if mode == MODE_15:
-                for a in range(k):
-                    d = max(np.float64(cv[a]) - c, 0.0)
-                    f += d * d
-                    fp += d
-                    act += d > 0.0
-            elif mode == MODE_2:
-                for a in range(k):
-                    d = max(np.float64(cv[a]) - c, 0.0)
-                    f += d
-                    act += d > 0.0
-                fp = np.float64(act)
-            else:
-                for a in range(k):
-                    d = np.float64(cv[a]) - c
-                    if d > 0.0:
-                        pw = _powm1(d, em1, em1_int)
-                        f += pw * d
-                        fp += pw
-                        act += 1
-            if 2 * act < k:
-                kk = 0
-                for a in range(k):
-                    if np.float64(cv[a]) - c > 0.0:
-                        cv[kk] = cv[a]
-                        ci[kk] = ci[a]
-                        kk += 1
-                k = kk
-            if f <= 0.0 or fp <= 0.0:
-                break
-            step = _step(f + 1.0, fp, e)
-            tau += step
-            if step <= _STEP_TOL:
-                break
-        c = m + tau
-        kk = 0
-        for a in range(k):
-            if np.float64(cv[a]) - c > 0.0:
-                cv[kk] = cv[a]
-                ci[kk] = ci[a]
-                kk += 1
-        k = kk
-        if mode != MODE_GENERAL and k > 0:
-            s1 = 0.0
-            s2 = 0.0
-            lo = np.inf
-            for a in range(k):
-                x = np.float64(cv[a]) - m
-                s1 += x
-                s2 += x * x
-                lo = min(lo, x)
-            if mode == MODE_15:
-                mean = s1 / k
-                delta = (1.0 - (s2 - s1 * mean)) / k
-                t = mean - np.sqrt(max(delta, 0.0))
-            else:
-                t = (s1 - 1.0) / k
-            if t < lo:  # consistent with the support found (guards ties at its edge)
-                tau = t
-        return k, tau
-
-    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def _chunk_max(s, n, sl, p_r, cm):  # noqa: ANN001, ANN202
         """Add the ALiBi bias in place (sl ≠ 0), fill chunk maxima cm; return (row max, #chunks)."""
         if sl != 0.0:
@@ -182,7 +88,7 @@ if numba is not None:
             nc += 1
         return ms, nc
 
-    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def _collect(s, n, chunks, n_chunks, thr, cv, ci, lim):  # noqa: ANN001, ANN202
         """Keys x > thr of the listed chunks into cv/ci (branch-free); −1 if more than ``lim``."""
         k = 0
@@ -198,14 +104,14 @@ if numba is not None:
                 return -1
         return k
 
-    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def _newton_dense(s, n, m, tau, e, em1, em1_int, mode):  # noqa: ANN001, ANN202
         """τ (relative to m) over the whole row s[:n] in place of a candidate buffer (dense rows).
 
         Same monotone Newton as ``_newton`` but branch-free full passes, which vectorize.
         Returns (support size, tau).
         """
-        for _ in range(_MAX_NEWTON):
+        for _ in range(MAX_NEWTON):
             c = m + tau
             f = -1.0
             fp = 0.0
@@ -230,7 +136,7 @@ if numba is not None:
                 break
             step = _step(f + 1.0, fp, e)
             tau += step
-            if step <= _STEP_TOL:
+            if step <= STEP_TOL:
                 break
         c = m + tau
         k = 0
@@ -254,7 +160,7 @@ if numba is not None:
                 tau = t
         return k, tau
 
-    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def _dense_probs(s, n, L, m, tau, em1, em1_int, stats):  # noqa: ANN001, ANN202
         """Overwrite the score row s[:L] with unnormalized weights [x − τ]_+^e in one pass.
 
@@ -279,7 +185,7 @@ if numba is not None:
                 hs -= pj * np.log(pj)
         return tot, hs / tot + np.log(tot)
 
-    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def _task(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, group, want, task):  # noqa: ANN001, ANN202, E501
         """Rows g·group … of one batch·head; returns how many rows took the dense path.
 
@@ -364,7 +270,7 @@ if numba is not None:
                 sup[bh, row0 + r] = k
         return n_dense
 
-    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def rows_kernel(S, V, out, ent, sup, dense, row0, pos, nvis, nstat, H, slope, expo, mode, em1_int, cap, want):  # noqa: ANN001, ANN202, E501
         """One block of scores S (BH, R, L) into out/ent/sup rows row0 …; returns #dense rows.
 
@@ -383,7 +289,7 @@ if numba is not None:
         return n_dense
 
 
-    @njit(cache=True, fastmath=_FASTMATH, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def _count_above(S, pos, slope, thr, out):  # noqa: ANN001, ANN202
         """out[r] = #{j ≤ pos[r] : S[r, j] − slope·(pos[r] − j) > thr[r]} (a softmax row's support)."""
         R, L = S.shape
@@ -408,7 +314,7 @@ def count_above_kernel() -> Any:
 
 
 _kernel: Any = None
-_kernel_error: BaseException | None = _NUMBA_ERROR
+_kernel_error: BaseException | None = NUMBA_ERROR
 
 
 def _smoke(kernel: Any) -> None:

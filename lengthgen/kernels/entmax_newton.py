@@ -1,0 +1,128 @@
+"""The monotone Newton solve of α-entmax's threshold τ, compiled with numba, shared by CPU kernels.
+
+Why its own module: both the fused attention kernel (``cpu_entmax``) and the training row solver
+(``cpu_entmax_rows``) find τ the same way, and the row solver sits under the normalizers the
+fused kernel imports; keeping the solve here keeps that graph acyclic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:  # numba is a dependency, but keep the package importable (and the torch paths usable) without it
+    import numba
+    from numba import njit
+
+    NUMBA_ERROR: BaseException | None = None
+except Exception as exc:  # pragma: no cover - exercised only where numba is missing
+    numba = None
+    NUMBA_ERROR = exc
+
+__all__ = ["FASTMATH", "MAX_NEWTON", "MODE_15", "MODE_2", "MODE_GENERAL", "NUMBA_ERROR", "STEP_TOL", "numba"]
+
+# No "ninf": the kernels start reductions at −inf. "nnan" is safe because every score is finite (the
+# callers reject or route away non-finite inputs) and lets LLVM vectorize the max reductions.
+FASTMATH = {"nsz", "arcp", "contract", "reassoc", "nnan"}
+MAX_NEWTON = 200
+STEP_TOL = 1e-14
+MODE_GENERAL, MODE_15, MODE_2 = 0, 1, 2
+
+
+if numba is not None:
+
+    @njit(cache=True, fastmath=FASTMATH, nogil=True, inline="always")
+    def powm1(d: float, em1: float, em1_int: int) -> float:
+        # d^(e−1) for d > 0; integer exponents (α = 2, 1.5, 4/3, 1.25, …) by multiplication.
+        if em1_int == 0:
+            return 1.0
+        if em1_int > 0:
+            r = d
+            for _ in range(em1_int - 1):
+                r *= d
+            return r
+        return d**em1
+
+    @njit(cache=True, fastmath=FASTMATH, nogil=True, inline="always")
+    def newton_step(S, W, e):  # noqa: ANN001, ANN202
+        """Newton step on h(τ) = S(τ)^(1/e) − 1, S = Σ[x − τ]_+^e, W = Σ[x − τ]_+^(e−1).
+
+        h is convex and decreasing like S − 1, so Newton from the left still never overshoots,
+        and h is linear in τ when the live scores are equal: a flat row (dense support) needs one
+        step where Newton on S − 1 needed ten and more (h' = −S^(1/e − 1)·W).
+        """
+        return (S - S ** (1.0 - 1.0 / e)) / W
+
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
+    def newton(cv, ci, k, m, tau, e, em1, em1_int, mode):  # noqa: ANN001, ANN202
+        """τ (relative to m) on the values cv[:k] (float32, each > m − 1), from a lower bound ``tau``.
+
+        f(τ) = Σ[cv − m − τ]_+^e − 1 is convex and decreasing, so Newton from the left increases
+        monotonically to the root. Entries at or below the current τ can never return, so the buffer
+        is compacted whenever half of it has dropped out; on return cv[:k] is exactly the support.
+        For α = 1.5 and α = 2 the final τ is the closed form on that support.
+        """
+        for _ in range(MAX_NEWTON):
+            c = m + tau
+            f = -1.0
+            fp = 0.0
+            act = 0
+            if mode == MODE_15:
+                for a in range(k):
+                    d = max(np.float64(cv[a]) - c, 0.0)
+                    f += d * d
+                    fp += d
+                    act += d > 0.0
+            elif mode == MODE_2:
+                for a in range(k):
+                    d = max(np.float64(cv[a]) - c, 0.0)
+                    f += d
+                    act += d > 0.0
+                fp = np.float64(act)
+            else:
+                for a in range(k):
+                    d = np.float64(cv[a]) - c
+                    if d > 0.0:
+                        pw = powm1(d, em1, em1_int)
+                        f += pw * d
+                        fp += pw
+                        act += 1
+            if 2 * act < k:
+                kk = 0
+                for a in range(k):
+                    if np.float64(cv[a]) - c > 0.0:
+                        cv[kk] = cv[a]
+                        ci[kk] = ci[a]
+                        kk += 1
+                k = kk
+            if f <= 0.0 or fp <= 0.0:
+                break
+            step = newton_step(f + 1.0, fp, e)
+            tau += step
+            if step <= STEP_TOL:
+                break
+        c = m + tau
+        kk = 0
+        for a in range(k):
+            if np.float64(cv[a]) - c > 0.0:
+                cv[kk] = cv[a]
+                ci[kk] = ci[a]
+                kk += 1
+        k = kk
+        if mode != MODE_GENERAL and k > 0:
+            s1 = 0.0
+            s2 = 0.0
+            lo = np.inf
+            for a in range(k):
+                x = np.float64(cv[a]) - m
+                s1 += x
+                s2 += x * x
+                lo = min(lo, x)
+            if mode == MODE_15:
+                mean = s1 / k
+                delta = (1.0 - (s2 - s1 * mean)) / k
+                t = mean - np.sqrt(max(delta, 0.0))
+            else:
+                t = (s1 - 1.0) / k
+            if t < lo:  # consistent with the support found (guards ties at its edge)
+                tau = t
+        return k, tau
