@@ -394,6 +394,8 @@ def sweep_command(
     train_length: int | None = typer.Option(None, "--train-length", help="Longest training length L."),
     selection: Selection | None = typer.Option(None, "--selection", help="Checkpoint selection: id or 8x."),
     param: list[str] = typer.Option(None, "--param", help="Task parameter key=value (all tasks)."),
+    attn_option: list[str] = typer.Option(
+        None, "--attn-option", help="Backend option key=value for every backend of the sweep (repeatable)."),
     override: list[str] = typer.Option(
         None, "--set",
         help="Config field, e.g. train.lr=5e-4 (repeatable); several values make a grid: train.lr=1e-3,2e-3",
@@ -419,6 +421,7 @@ def sweep_command(
         preset=preset, steps=steps, max_factor=max_factor, eval_samples=eval_samples,
         train_length=train_length, selection=selection.value if selection else None,
         task_params=parse_assignments(param, "--param"), overrides=shared, grid=grid,
+        attn_options=parse_assignments(attn_option, "--attn-option"),
     )
     if jobs is not None and jobs < 1:
         raise UserError("--jobs must be at least 1")

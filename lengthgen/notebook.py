@@ -80,6 +80,7 @@ def sweep(
     seeds: Sequence[int] = (0,),
     preset: str = "quick",
     task_params: Mapping[str, Any] | None = None,
+    attn_options: Mapping[str, Any] | None = None,
     launcher: str = "local",
     jobs: int | None = None,
     device: str = "auto",
@@ -95,7 +96,7 @@ def sweep(
 
     spec = sweeps.SweepSpec(tasks=_names(task), attns=_names(attn), positions=_names(pos), seeds=tuple(seeds),
                             preset=preset, task_params=dict(task_params or {}),
-                            overrides=_settings(overrides))
+                            attn_options=dict(attn_options or {}), overrides=_settings(overrides))
     configs = sweeps.validate_spec(spec)
     check_tracker(log)
     sweeps.run_sweep(configs, out, launcher=launcher, device=device, jobs=jobs, retry_failed=retry_failed,

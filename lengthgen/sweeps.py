@@ -59,6 +59,9 @@ class SweepSpec:
     overrides: dict[str, Any] = field(default_factory=dict)
     #: ``SECTION.FIELD`` → the values to cross (``{"train.lr": (5e-4, 1e-3)}``).
     grid: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: Backend options for every backend of the sweep (``--attn-option alpha=1.25``); each backend
+    #: must accept them. The others keep the backend's defaults, written out in the config.
+    attn_options: dict[str, Any] = field(default_factory=dict)
 
     def settings(self) -> dict[str, Any]:
         """The dedicated flags and ``overrides`` as one dict of dotted overrides."""
@@ -84,7 +87,7 @@ class SweepSpec:
         settings = [combine_overrides(self.settings(), point) for point in self.points()]
         return [
             build_run_config(task, attn, pos=pos, preset=self.preset, seed=seed,
-                             task_params=self.task_params, overrides=setting)
+                             task_params=self.task_params, attn_options=self.attn_options, overrides=setting)
             for task in self.tasks for attn in self.attns for pos in self.positions for setting in settings
             for seed in self.seeds
         ]

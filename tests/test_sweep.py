@@ -195,6 +195,9 @@ def test_failures_recorded_skipped_and_retried(tmp_path: Path) -> None:
         (["--task", "copy", "--attn", "softmax", "--set", "train.lr=1e-3,0.001"], "lists a value twice"),
         (["--task", "copy", "--attn", "softmax", "--set", "train.lr=1e-3,fast"], "train.lr"),
         (["--task", "copy", "--attn", "softmax", "--steps", "5", "--set", "train.steps=5,10"], "set twice"),
+        (["--task", "copy", "--attn", "entmax,softmax", "--attn-option", "alpha=1.25"],
+         "unknown attention option 'alpha' of 'softmax'"),
+        (["--task", "copy", "--attn", "entmax", "--attn-option", "alpha=3"], "alpha"),
     ],
 )
 def test_bad_input_exits_2_before_running(tmp_path: Path, args: list[str], expected: str) -> None:
@@ -299,3 +302,22 @@ def test_ray_launcher_on_local_instance(tmp_path: Path) -> None:
     # The same dataset as the local launcher: a local rerun finds everything recorded.
     local = _sweep(out, *grid)
     assert "0 ok, 0 failed this time; 2 already recorded" in local.output
+
+
+def test_backend_options_of_a_sweep_and_their_reproduce_command() -> None:
+    """``--attn-option`` sets the option in every config; the leaderboard's command says so again."""
+    from leaderboard_rows import make_rows
+
+    from lengthgen.leaderboard.reproduce import sweep_commands
+
+    spec = SweepSpec(tasks=("copy",), attns=("entmax", "asentmax"), seeds=(0, 1), steps=2,
+                     attn_options={"alpha": 1.25})
+    configs = validate_spec(spec)
+    assert [c.attn_options["alpha"] for c in configs] == [1.25] * 4
+    assert configs[2].attn_options["beta_init"] == 0.05  # the other options keep their defaults
+    rows = make_rows({("entmax", 0): [1.0]})
+    rows["config_json"] = configs[0].canonical_json()
+    (command,) = sweep_commands(rows, "S")
+    assert "--attn entmax" in command and "--attn-option alpha=1.25" in command and "--steps 2" in command
+    plain = make_rows({("entmax", 0): [1.0]})
+    assert "--attn-option" not in sweep_commands(plain, "S")[0]

@@ -54,6 +54,8 @@ def sweep_flags(task: str, config: dict[str, Any],
         return None
     flags = [f"--{name.replace('_', '-')} {value}" for name, value in chosen.items()]
     flags += [f"--param {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in params.items()]
+    flags += [f"--attn-option {shlex.quote(f'{k}={json.dumps(v)}')}"
+              for k, v in sorted(_changed_options(config).items())]
     for section in SECTIONS:
         for key, value in sorted(config[section].items()):
             if f"{section}.{key}" not in grid and built[section].get(key) != value:
@@ -61,6 +63,17 @@ def sweep_flags(task: str, config: dict[str, Any],
     for key, values in grid.items():
         flags.append(f"--set {shlex.quote(key + '=' + ','.join(json.dumps(v) for v in values))}")
     return (f"--preset {preset}", *flags)
+
+
+def _changed_options(config: dict[str, Any]) -> dict[str, Any]:
+    """The run's backend options that differ from its backend's defaults (``--attn-option``)."""
+    from lengthgen.attention import ATTENTION
+
+    try:
+        defaults = ATTENTION.get(config["attn"]).Options().model_dump(mode="json")
+    except Exception:  # a backend this installation does not know
+        return {}
+    return {k: v for k, v in config.get("attn_options", {}).items() if defaults.get(k) != v}
 
 
 def _dotted(config: dict[str, Any]) -> dict[str, str]:
@@ -105,7 +118,9 @@ def sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
     with a grid (``--set train.lr=a,b``) where runs form one. Position schemes get separate
     commands so that a scheme run with only some backends is not crossed with all of them."""
     units: dict[tuple[str, str, str, str], list[tuple[dict[str, Any], str]]] = {}
-    frame = rows.assign(recipe=[_recipe_without(c, GRID_FIELDS) for c in rows["config_json"]])
+    options = [json.dumps(_changed_options(config_dict(c)), sort_keys=True) for c in rows["config_json"]]
+    frame = rows.assign(recipe=[_recipe_without(c, GRID_FIELDS) + o
+                                for c, o in zip(rows["config_json"], options, strict=True)])
     for (task, _, _), group in frame.groupby(["task", "recipe", "pos"], sort=True, dropna=False):
         known = sorted(group["config_json"].dropna())
         seeds = ",".join(str(s) for s in sorted(set(group["seed"].dropna().astype(int))))
