@@ -81,6 +81,9 @@ class OneLineErrors(TyperGroup):
         sys.exit(code)
 
 
+
+PRESET_HELP = "quick (CPU minutes), paper-tasks (the paper's task protocol, quick models) or paper."
+
 app = typer.Typer(
     cls=OneLineErrors,
     add_completion=False,
@@ -272,7 +275,7 @@ def run_command(
     task_name: str = typer.Option(..., "--task", help="Task name (see `lengthgen tasks`)."),
     attn: str = typer.Option(..., "--attn", help="Backend name (see `lengthgen attns`) or file.py:Class."),
     pos: str = typer.Option("nape", "--pos", help="Position scheme: nape, alibi, rope, nope."),
-    preset: str = typer.Option("quick", "--preset", help="quick (CPU minutes), paper-tasks (the paper's task protocol, quick models) or paper."),
+    preset: str = typer.Option("quick", "--preset", help=PRESET_HELP),
     train_length: int | None = typer.Option(None, "--train-length", help="Longest training length L."),
     max_factor: int | None = typer.Option(None, "--max-factor", help="Evaluate up to L·this (power of 2)."),
     steps: int | None = typer.Option(None, "--steps", help="Training steps (overrides the preset)."),
@@ -387,7 +390,7 @@ def sweep_command(
     attns: str = typer.Option(..., "--attn", help="Comma-separated backends (see `lengthgen attns`)."),
     positions: str = typer.Option("nape", "--pos", help="Comma-separated position schemes."),
     seeds: str = typer.Option("0", "--seeds", help="Seeds: 0,1,2 or a range 0-4."),
-    preset: str = typer.Option("quick", "--preset", help="quick (CPU minutes), paper-tasks (the paper's task protocol, quick models) or paper."),
+    preset: str = typer.Option("quick", "--preset", help=PRESET_HELP),
     steps: int | None = typer.Option(None, "--steps", help="Training steps (overrides the preset)."),
     max_factor: int | None = typer.Option(None, "--max-factor", help="Evaluate up to L·this (power of 2)."),
     eval_samples: int | None = typer.Option(None, "--eval-samples", help="Samples per length (the most)."),

@@ -24,7 +24,8 @@ from lengthgen.config import (
 )
 from lengthgen.errors import UserError
 from lengthgen.harness.run import safe_name
-from lengthgen.presets import QUICK
+from lengthgen.presets import PAPER, QUICK
+from lengthgen.tasks import get_task
 
 COMMITTED = Path(__file__).resolve().parent.parent / "leaderboard" / "data"
 
@@ -183,3 +184,24 @@ def test_quick_presets_are_valid() -> None:
     for task in QUICK:
         config = build_run_config(task, "softmax")
         assert config.train.steps > 0 and not math.isnan(config.train.lr)
+
+
+@pytest.mark.parametrize("task", sorted(PAPER))
+def test_paper_tasks_preset_keeps_the_papers_task_protocol(task: str) -> None:
+    """Training lengths, evaluation factors and task parameters as the paper preset; only the
+    model and the optimizer's budget are the quick preset's."""
+    mine = build_run_config(task, "asentmax", preset="paper-tasks")
+    paper = build_run_config(task, "asentmax", preset="paper")
+    assert (mine.train.train_length, mine.train.min_train_length) == (
+        paper.train.train_length, paper.train.min_train_length)
+    assert mine.eval.max_factor == paper.eval.max_factor
+    assert mine.task_params == paper.task_params
+    assert mine.train.steps < paper.train.steps and mine.arch.d_model <= paper.arch.d_model
+
+
+def test_paper_tasks_mqmtar_has_the_papers_pair_count() -> None:
+    """The paper places floor(0.8·L/6) key-value pairs in a context of L tokens, at every length."""
+    config = build_run_config("mqmtar", "softmax", preset="paper-tasks")
+    task = get_task("mqmtar", **config.task_params)
+    for length in range(32, 64 * 1024 + 1, 7):
+        assert task.n_pairs(length) == max(4, (8 * length) // 60), length
