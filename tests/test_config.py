@@ -162,21 +162,41 @@ def test_dotted_settings_give_the_config_back() -> None:
     assert rebuilt == config and rebuilt.config_hash() == config.config_hash()
 
 
-def test_committed_results_keep_their_run_ids() -> None:
-    """Every run of the published leaderboard: its config_json parses to the same hash and run id,
-    and the preset alone (as its sweep built it) gives that config again."""
-    files = sorted(COMMITTED.glob("*.parquet"))
-    assert len(files) >= 78
+def _committed_configs() -> list[tuple[Path, pd.Series, RunConfig]]:
+    """Every committed results file (the leaderboard's and its ablations'), its first row, its config."""
+    files = sorted(COMMITTED.glob("*.parquet")) + sorted(COMMITTED.parent.glob("ablations/*/data/*.parquet"))
+    out = []
     for path in files:
         frame = pd.read_parquet(path, columns=["run_id", "config_hash", "config_json", "task", "attn",
                                                "pos", "seed", "preset"])
         row = frame.iloc[0]
-        config = RunConfig.model_validate_json(row["config_json"])
+        out.append((path, row, RunConfig.model_validate_json(row["config_json"])))
+    return out
+
+
+def test_committed_results_keep_their_run_ids() -> None:
+    """Every committed run: its config_json parses to the same hash and run id, and its preset plus
+    its recorded settings (as its sweep built it) give that config again."""
+    committed = _committed_configs()
+    assert len(committed) >= 78
+    for path, row, config in committed:
         assert config.canonical_json() == row["config_json"], path.name
         assert config.config_hash() == row["config_hash"] and safe_name(config.run_id()) == row["run_id"]
         assert path.stem == row["run_id"]
+        rebuilt = build_run_config(row["task"], row["attn"], pos=row["pos"], preset=row["preset"],
+                                   seed=int(row["seed"]), task_params=config.task_params,
+                                   attn_options=config.attn_options, overrides=dotted(config))
+        assert rebuilt.config_hash() == row["config_hash"], path.name
+
+
+def test_published_runs_differ_from_their_preset_by_the_learning_rate_at_most() -> None:
+    """The leaderboard compares presets, not hand-tuned runs: the learning rate (chosen per backend
+    on validation data) is the only setting a published run may change."""
+    for path, row, config in _committed_configs():
+        if path.parent != COMMITTED:
+            continue
         from_preset = build_run_config(row["task"], row["attn"], pos=row["pos"], preset=row["preset"],
-                                       seed=int(row["seed"]))
+                                       seed=int(row["seed"]), overrides={"train.lr": config.train.lr})
         assert from_preset.config_hash() == row["config_hash"], path.name
 
 
