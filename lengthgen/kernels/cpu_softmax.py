@@ -51,6 +51,7 @@ from lengthgen.functional.normalizers import compute_dtype
 from lengthgen.functional.temperature import theta_from_entropy
 from lengthgen.kernels import chunking
 from lengthgen.kernels.cpu_blocks import run_blocks
+from lengthgen.kernels.cpu_entropy import entropy_available, softmax_lse_entropy
 from lengthgen.kernels.diagnostics import normalize_entropy as _normalize
 from lengthgen.kernels.normalizers import AdaptiveTemperature, Normalizer
 from lengthgen.kernels.problem import AttnProblem, score_block
@@ -295,13 +296,28 @@ def _attend(
 
         slopes = prob.slopes[index].to(q.dtype)
         group = (pick(q), pick(k), pick(v), pick(theta))
-        part = _head_group(*group, prob, slopes, want_entropy)  # type: ignore[arg-type]
+        if want_entropy and theta is None and _scores_pass_applies(q, slopes):
+            sub = replace(prob, H=len(heads), slopes=prob.slopes[index])
+            lse_g, entropy_g = softmax_lse_entropy(group[0], group[1], sub, WINDOW_EPS,  # type: ignore[arg-type]
+                                                   threads=_PARALLEL_THREADS)
+            part = _Part(lse_g.to(q.dtype), entropy=entropy_g.to(q.dtype))
+        else:
+            part = _head_group(*group, prob, slopes, want_entropy)  # type: ignore[arg-type]
         lse[:, heads] = part.lse
         if out is not None and part.out is not None:
             out[:, heads] = part.out
         if entropy is not None and part.entropy is not None:
             entropy[:, heads] = part.entropy
     return _Part(lse, out, entropy)
+
+
+def _scores_pass_applies(q: Tensor, slopes: Tensor) -> bool:
+    """Whether a head group's entropy pass goes through ``cpu_entropy`` (BLAS scores, one numba
+    pass) rather than the kernel: for sloped heads in float32 with numba. There the kernel runs
+    one small call per block of rows and ran 3.6× slower (65,536 tokens, slopes 1 and 1/2); on
+    heads without a slope its one big causal call was 1.3-1.45× faster than the scores pass, so
+    they keep it. Float64 inputs keep the kernel's fp64 arithmetic."""
+    return q.dtype == torch.float32 and bool(slopes.any()) and entropy_available()
 
 
 def _head_groups(slopes: list[float]) -> list[list[int]]:
