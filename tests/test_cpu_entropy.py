@@ -4,24 +4,32 @@ in any order, one-key rows, and flat, random and peaked rows."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import numpy as np
 import pytest
 import torch
 
+from lengthgen.kernels import cpu_entropy
 from lengthgen.kernels.cpu_blocks import RowJob
 from lengthgen.kernels.cpu_entropy import entropy_available, softmax_lse_entropy
 from lengthgen.kernels.cpu_softmax import WINDOW_EPS
 from lengthgen.kernels.problem import prepare
-from lengthgen.testing import forced_chunking
 
 pytestmark = pytest.mark.skipif(not entropy_available(), reason="numba unavailable")
 
 N = 301  # odd, not a multiple of the kernel's 16- and 128-key blocks
 SLOPES = torch.tensor([0.7, 0.0, 1 / 16, 2.0])
+#: Small blocks and tiles: 32 rows, tiles of 48 keys (not a multiple of the kernel's 16- or
+#: 128-key loops), so rows are merged over many tiles and the windows cut keys.
 BLOCK_ROWS = 32
+TILE_KEYS = 48
+
+
+@pytest.fixture
+def small_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_entropy, "_BLOCK_ROWS", BLOCK_ROWS)
+    monkeypatch.setattr(cpu_entropy, "_TILE_ENTRIES", BLOCK_ROWS * TILE_KEYS)
 
 
 def _reference(
@@ -45,15 +53,18 @@ def _reference(
 
 @pytest.mark.parametrize("small_blocks", [False, True])
 @pytest.mark.parametrize("regime", [0.01, 1.0, 8.0])  # flat, random and peaked rows (q multiplier)
-def test_lse_and_entropy_match_the_fp64_definition(regime: float, small_blocks: bool) -> None:
+def test_lse_and_entropy_match_the_fp64_definition(
+    regime: float, small_blocks: bool, request: pytest.FixtureRequest
+) -> None:
     g = torch.Generator().manual_seed(int(regime * 100))
     q, k = (torch.randn(2, len(SLOPES), N, 16, generator=g) for _ in range(2))
     q = q * regime
     # Rows in no particular order, with row 0 (one key) and the last row.
     pos = torch.cat([torch.tensor([N - 1, 0]), torch.randperm(N - 2, generator=g)[:120] + 1])
     prob = prepare(q[:, :, pos], k, k, True, SLOPES, None, pos)
-    with forced_chunking(BLOCK_ROWS * N) if small_blocks else contextlib.nullcontext():
-        lse, entropy = softmax_lse_entropy(q[:, :, pos], k, prob, WINDOW_EPS, threads=2)
+    if small_blocks:
+        request.getfixturevalue("small_tiles")
+    lse, entropy = softmax_lse_entropy(q[:, :, pos], k, prob, WINDOW_EPS, threads=2)
     want_lse, want_entropy = _reference(q[:, :, pos], k, pos, SLOPES)
     assert float((entropy - want_entropy).abs().max()) <= 2e-6
     # LSE carries the float32 rounding of the scores themselves (relative 6e-8 each).
@@ -62,6 +73,7 @@ def test_lse_and_entropy_match_the_fp64_definition(regime: float, small_blocks: 
     assert bool((entropy[:, :, one_key] == 0).all())
 
 
+@pytest.mark.usefixtures("small_tiles")
 def test_the_alibi_window_cuts_keys_and_stays_exact() -> None:
     """Queries and keys on one line with random signs: every score sits at the ±|q|·|k| bound the
     window is derived from, so a window any shorter would leave out weight this test sees. The
@@ -82,8 +94,7 @@ def test_the_alibi_window_cuts_keys_and_stays_exact() -> None:
     steep = int(torch.argmax(SLOPES))
     extra = (math.log(1 / WINDOW_EPS) - math.log(-math.expm1(-float(SLOPES[steep])))) / float(SLOPES[steep])
     assert job.window_start(steep, N - BLOCK_ROWS, N, extra=extra) > N // 2  # most keys are left out
-    with forced_chunking(BLOCK_ROWS * N):  # blocks of at most BLOCK_ROWS rows
-        lse, entropy = softmax_lse_entropy(q, k, prob, WINDOW_EPS, threads=1)
+    lse, entropy = softmax_lse_entropy(q, k, prob, WINDOW_EPS, threads=1)
     want_lse, want_entropy = _reference(q, k, pos, SLOPES)
     assert float((entropy - want_entropy).abs().max()) <= 2e-6
     torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)
