@@ -109,3 +109,19 @@ def test_equal_scores_give_log_n() -> None:
     want = torch.log(torch.arange(1, N + 1, dtype=torch.float64))
     torch.testing.assert_close(entropy[0, 0], want, atol=1e-6, rtol=0)
     torch.testing.assert_close(lse[0, 0], want, atol=1e-6, rtol=0)
+
+
+def test_one_key_far_above_the_sampled_scores() -> None:
+    """Scores 0 except one key at +100 that the sampled shift misses (its index is no multiple of
+    16): e^(100 − shift) overflows float32, so that tile is redone from its exact maximum."""
+    n = 300
+    scores = torch.zeros(n)
+    scores[77] = 100.0
+    q = torch.ones(1, 1, 1, 1)
+    k = scores.view(1, 1, n, 1)
+    prob = prepare(q, k, k, True, None, 1.0, torch.tensor([n - 1]))
+    lse, entropy = softmax_lse_entropy(q, k, prob, WINDOW_EPS)
+    z = scores.double()
+    p = torch.softmax(z, 0)
+    torch.testing.assert_close(lse[0, 0, 0], torch.logsumexp(z, 0), rtol=1e-7, atol=0)
+    torch.testing.assert_close(entropy[0, 0, 0], -(p * torch.log(p)).sum(), rtol=0, atol=1e-9)

@@ -1,19 +1,20 @@
-"""Softmax log-sum-exp and entropy of every query row on CPU: BLAS scores, one numba pass.
+"""Softmax log-sum-exp and entropy of every query row on CPU: BLAS score tiles, one numba pass.
 
 Why. Adaptive temperature needs each row's entropy H = LSE − E_p[z] before it renormalizes (and
 the diagnostics need it for their rows). Through the CPU flash-attention kernel that is one more
-attention pass with values [k, j − p]; on ALiBi heads that pass is one small kernel call per
-block of rows, which is where it lost time. Only the scores are needed, so here they come from
-one single-threaded BLAS QKᵀ per (head, query block) into a reused buffer, as in ``cpu_entmax``;
-then per row the maximum m and one pass of Σ e^u and Σ u·e^u with u = z − m, which give
-LSE = m + log Σe^u and H = log Σe^u − Σu·e^u / Σe^u.
+attention pass with values [k, j − p]: it computes a P·V this pass does not need, and on ALiBi
+heads it runs as one small kernel call per block of rows. Only the scores are needed, so here
+each worker thread computes tiles of them (128 rows × 2,048 keys, in L2) with one
+single-threaded BLAS QKᵀ into a reused buffer, and a numba pass folds each tile into every row's
+running (shift m, T = Σ e^(z − m), M = Σ (z − m)·e^(z − m)); at the end LSE = m + log T and
+H = log T − M / T. The shift is a sampled score (every 16th), not the exact maximum, which
+would cost a pass of its own; ``tile_stats`` says why that is safe and when a tile is redone.
 
 numba has no vector math library on this machine: its ``np.exp`` is a scalar call (2.3 ns per
-score, measured). ``exp_nonpositive`` is a branch-free Cody–Waite reduction and a degree-7
-polynomial that vectorizes (0.24 ns per score alone, the maximum 0.18 ns; the BLAS scores cost
-more than both). Its relative error is below 1e-7; the sums run in float32 over 128 keys and in
-fp64 across them; H ends within 2e-6 nats of fp64 (``tests/test_cpu_entropy.py``), most of it
-the float32 rounding of the scores themselves.
+score, measured). ``exp_f32`` is a branch-free Cody–Waite reduction and a degree-7 polynomial
+that vectorizes (0.24 ns per score; the BLAS tile costs more). Its relative error is below 1e-7;
+the sums run in float32 over 128 keys and in fp64 across them; H ends within 2e-6 nats of fp64
+(``tests/test_cpu_entropy.py``), most of it the float32 rounding of the scores themselves.
 
 ALiBi heads read only the keys that can carry more than ``window_eps`` of a row's weight (the bound
 of ``RowJob.window_start``), like the flash path's windows.
@@ -42,8 +43,10 @@ _BLOCK_ROWS = 128
 _TILE_ENTRIES = 1 << 18
 #: Keys summed in float32 before the sums move to fp64.
 _SUM_BLOCK = 128
-#: Keys per chunk of the row-maximum pass.
-_MAX_CHUNK = 16
+#: A tile's shift is the row's shift so far or the largest of every this-many-th of its scores…
+_SAMPLE_STRIDE = 16
+#: …unless its Σ e^u comes out above this (tiles hold at most 2,048 keys of one row).
+_REDO_ABOVE = 2.0**16
 _kernel: Any = None
 
 
@@ -56,9 +59,10 @@ def _build_kernel() -> Any:
     fastmath = exact_order | {"reassoc"}
 
     @njit(cache=True, fastmath=exact_order, nogil=True)
-    def exp_nonpositive(u):  # noqa: ANN001, ANN202
-        """e^u for float32 u ≤ 0 (u < −87 is taken as −87: a weight below 1.7e-38 of the max)."""
-        u = max(u, np.float32(-87.0))
+    def exp_f32(u):  # noqa: ANN001, ANN202
+        """e^u for float32 u ≤ 88 (u < −87 is taken as −87: a weight under 1.7e-38 of the row's
+        Σ e^u, which is at least 1); u above 88 only in a pass that is redone (``tile_stats``)."""
+        u = min(max(u, np.float32(-87.0)), np.float32(88.0))
         k = np.floor(u * np.float32(1.4426950408889634) + np.float32(0.5))
         r = u - k * np.float32(0.693145751953125)  # ln 2 = 0.693145751953125 + 1.4286068e-06
         r = r - k * np.float32(1.428606765330187e-06)
@@ -73,19 +77,9 @@ def _build_kernel() -> Any:
         return p * np.int32((np.int32(k) + np.int32(127)) << np.int32(23)).view(np.float32)
 
     @njit(cache=True, fastmath=fastmath, nogil=True)
-    def tile_stats(s, n):  # noqa: ANN001, ANN202
-        """(m, Σ e^u, Σ u·e^u) over s[:n], n ≥ 1, with m = max s and u = s − m."""
-        # The maximum by 16-key chunks: one running maximum is a chain of dependent scalar
-        # max operations (0.55 ns per score, measured), 16-wide chunks vectorize (0.18 ns).
-        m = s[0]
-        chunks = n // _MAX_CHUNK
-        for c in range(chunks):
-            mc = s[c * _MAX_CHUNK]
-            for t in range(_MAX_CHUNK):
-                mc = max(mc, s[c * _MAX_CHUNK + t])
-            m = max(m, mc)
-        for j in range(chunks * _MAX_CHUNK, n):
-            m = max(m, s[j])
+    def shifted_sums(s, n, c):  # noqa: ANN001, ANN202
+        """(Σ e^u, Σ u·e^u) over s[:n] with u = s − c."""
+        cf = np.float32(c)
         total = 0.0
         moment = 0.0
         blocks = n // _SUM_BLOCK
@@ -94,23 +88,54 @@ def _build_kernel() -> Any:
             tu32 = np.float32(0.0)
             base = b * _SUM_BLOCK
             for j in range(_SUM_BLOCK):
-                u = s[base + j] - m
-                e = exp_nonpositive(u)
+                u = s[base + j] - cf
+                e = exp_f32(u)
                 t32 += e
                 tu32 += e * u
             total += np.float64(t32)
             moment += np.float64(tu32)
         for j in range(blocks * _SUM_BLOCK, n):
-            u = s[j] - m
-            e = exp_nonpositive(u)
+            u = s[j] - cf
+            e = exp_f32(u)
             total += np.float64(e)
             moment += np.float64(e) * np.float64(u)
+        return total, moment
+
+    @njit(cache=True, fastmath=fastmath, nogil=True)
+    def tile_stats(s, n, c):  # noqa: ANN001, ANN202
+        """(shift m, Σ e^u, Σ u·e^u) over s[:n], n ≥ 1, with u = s − m.
+
+        The shift is the largest of ``c`` (the row's shift so far, −inf at first) and every
+        ``_SAMPLE_STRIDE``-th score: one of the row's scores, so the row's Σ e^u stays ≥ 1 and
+        keys taken at u = −87 weigh nothing next to it. A key far above the shift shows in the
+        sum, Σ e^u ≥ e^(max − shift): above ``_REDO_ABOVE`` the tile is summed again from its exact
+        maximum (far above, e^u would overflow; well above, H = log Σe^u − Σu·e^u / Σe^u would be
+        a difference of two large terms, each with float32's relative error). Below it, the
+        shift is within log(_REDO_ABOVE) of the maximum.
+        """
+        m = np.float32(c) if c > -np.inf else s[0]
+        for j in range(0, n, _SAMPLE_STRIDE):
+            m = max(m, s[j])
+        total, moment = shifted_sums(s, n, m)
+        if total > _REDO_ABOVE:
+            # The exact maximum by 16-key chunks: one running maximum is a chain of dependent
+            # scalar max operations (0.55 ns per score, measured), 16-wide chunks vectorize.
+            chunks = n // _SAMPLE_STRIDE
+            for a in range(chunks):
+                mc = s[a * _SAMPLE_STRIDE]
+                for t in range(_SAMPLE_STRIDE):
+                    mc = max(mc, s[a * _SAMPLE_STRIDE + t])
+                m = max(m, mc)
+            for j in range(chunks * _SAMPLE_STRIDE, n):
+                m = max(m, s[j])
+            total, moment = shifted_sums(s, n, m)
         return np.float64(m), total, moment
 
     @njit(cache=True, fastmath=fastmath, nogil=True)
     def rows(S, t0, pos, last, slope, m, T, M):  # noqa: ANN001, ANN202
         """Fold the score tile S (R, L) of keys t0 … t0 + L − 1 into each row's running (m, T, M):
-        its maximum so far, T = Σ e^(z − m) and M = Σ (z − m)·e^(z − m) over the keys seen.
+        its shift (one of its scores so far; ``tile_stats``), T = Σ e^(z − m) and
+        M = Σ (z − m)·e^(z − m) over the keys seen.
 
         Row r sees the keys up to ``last[r]``; ``slope`` adds the ALiBi bias slope·(j − pos[r])
         in place (positions relative to the same origin as t0).
@@ -127,11 +152,11 @@ def _build_kernel() -> Any:
                 p_r = pos[r] - t0
                 for j in range(n):
                     s[j] += sl * np.float32(j - p_r)
-            mt, tt, mm = tile_stats(s, n)
+            mt, tt, mm = tile_stats(s, n, m[r] if T[r] > 0.0 else -np.inf)
             if T[r] <= 0.0:
                 m[r], T[r], M[r] = mt, tt, mm
                 continue
-            # Both sums move to the larger maximum m': e^(z − m') = e^(z − m)·e^(m − m') and
+            # Both sums move to the larger shift m': e^(z − m') = e^(z − m)·e^(m − m') and
             # z − m' = (z − m) + (m − m').
             top = max(m[r], mt)
             fa = np.exp(m[r] - top)
