@@ -33,9 +33,10 @@ def small_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _reference(
-    q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, slopes: torch.Tensor
+    q: torch.Tensor, k: torch.Tensor, pos: torch.Tensor, slopes: torch.Tensor,
+    theta: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp64, row by row over every visible key: z_j = <q, k_j>/√D − m·(pos − j), j ≤ pos."""
+    """fp64, row by row over every visible key: softmax(θ·z), z_j = <q, k_j>/√D − m·(pos − j), j ≤ pos."""
     B, H, R, D = q.shape
     lse = torch.zeros(B, H, R, dtype=torch.float64)
     entropy = torch.zeros(B, H, R, dtype=torch.float64)
@@ -45,6 +46,8 @@ def _reference(
                 n = int(pos[r]) + 1
                 z = k[b, h, :n].double() @ q[b, h, r].double() / math.sqrt(D)
                 z = z - float(slopes[h]) * (int(pos[r]) - torch.arange(n)).double()
+                if theta is not None:
+                    z = z * float(theta[b, h, r])
                 logp = torch.log_softmax(z, 0)
                 lse[b, h, r] = torch.logsumexp(z, 0)
                 entropy[b, h, r] = -(logp.exp() * logp).sum()
@@ -96,6 +99,21 @@ def test_the_alibi_window_cuts_keys_and_stays_exact() -> None:
     assert job.window_start(steep, N - BLOCK_ROWS, N, extra=extra) > N // 2  # most keys are left out
     lse, entropy = softmax_lse_entropy(q, k, prob, WINDOW_EPS, threads=1)
     want_lse, want_entropy = _reference(q, k, pos, SLOPES)
+    assert float((entropy - want_entropy).abs().max()) <= 2e-6
+    torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.usefixtures("small_tiles")
+def test_inverse_temperatures_scale_every_row() -> None:
+    """softmax(θ·z) with a θ ≥ 1 per row (adaptive temperature's diagnostics): θ scales the
+    scores and the ALiBi bias of its row."""
+    g = torch.Generator().manual_seed(5)
+    q, k = (torch.randn(2, len(SLOPES), N, 16, generator=g) for _ in range(2))
+    pos = torch.cat([torch.tensor([N - 1, 0]), torch.randperm(N - 2, generator=g)[:90] + 1])
+    theta = 1.0 + 2.0 * torch.rand(2, len(SLOPES), len(pos), generator=g)
+    prob = prepare(q[:, :, pos], k, k, True, SLOPES, None, pos)
+    lse, entropy = softmax_lse_entropy(q[:, :, pos], k, prob, WINDOW_EPS, theta=theta)
+    want_lse, want_entropy = _reference(q[:, :, pos], k, pos, SLOPES, theta)
     assert float((entropy - want_entropy).abs().max()) <= 2e-6
     torch.testing.assert_close(lse, want_lse, rtol=1e-6, atol=1e-6)
 

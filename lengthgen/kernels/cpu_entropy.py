@@ -137,17 +137,17 @@ def _build_kernel() -> Any:
         its shift (one of its scores so far; ``tile_stats``), T = Σ e^(z − m) and
         M = Σ (z − m)·e^(z − m) over the keys seen.
 
-        Row r sees the keys up to ``last[r]``; ``slope`` adds the ALiBi bias slope·(j − pos[r])
-        in place (positions relative to the same origin as t0).
+        Row r sees the keys up to ``last[r]``; ``slope`` (R,) adds the ALiBi bias
+        slope[r]·(j − pos[r]) in place (positions relative to the same origin as t0).
         """
         R = S.shape[0]
         L = S.shape[1]
-        sl = np.float32(slope)
         for r in range(R):
             n = min(L, last[r] - t0 + 1)
             if n <= 0:
                 continue
             s = S[r]
+            sl = np.float32(slope[r])
             if sl != 0.0:
                 p_r = pos[r] - t0
                 for j in range(n):
@@ -182,13 +182,15 @@ def entropy_available() -> bool:
 
 @torch.no_grad()
 def softmax_lse_entropy(
-    q: Tensor, k: Tensor, prob: AttnProblem, window_eps: float, *, threads: int | None = None
+    q: Tensor, k: Tensor, prob: AttnProblem, window_eps: float, *, theta: Tensor | None = None,
+    threads: int | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Log-sum-exp and entropy in nats, each (B, H, Nq) float64, of softmax(z) for every query row
-    (ALiBi included; rows in any order).
+    """Log-sum-exp and entropy in nats, each (B, H, Nq) float64, of softmax(θ·z) for every query
+    row (ALiBi included; rows in any order).
 
-    ``window_eps``: sloped heads skip keys whose summed weight is at most this fraction of the
-    row's. ``threads``: worker threads (default: torch's intra-op thread count).
+    ``theta``: (B, H, Nq) inverse temperatures ≥ 1 (adaptive temperature's diagnostics), or None
+    for θ = 1. ``window_eps``: sloped heads skip keys whose summed weight is at most this fraction
+    of the row's. ``threads``: worker threads (default: torch's intra-op thread count).
     """
     kernel = _get_kernel()
     if kernel is None:
@@ -197,11 +199,17 @@ def softmax_lse_entropy(
     if not bool((pos[1:] >= pos[:-1]).all()):  # blocks of neighbouring rows share their keys
         order = torch.argsort(pos, stable=True)
         lse, entropy = softmax_lse_entropy(q[:, :, order], k, replace(prob, q_positions=pos[order]),
-                                           window_eps, threads=threads)
+                                           window_eps, theta=None if theta is None else theta[:, :, order],
+                                           threads=threads)
         inverse = torch.empty_like(order)
         inverse[order] = torch.arange(order.numel())
         return lse[:, :, inverse], entropy[:, :, inverse]
     B, H, Nq = prob.B, prob.H, prob.Nq
+    if theta is not None:  # θ·z: θ into the queries here, into the slopes per row below
+        q = q * theta[..., None].to(q.dtype)
+        row_factor = theta.to(torch.float32).reshape(B * H, Nq).numpy()
+    else:
+        row_factor = np.ones((B * H, Nq), np.float32)
     no_values = k.new_empty((*k.shape[:3], 0))  # this pass reads scores only
     job = RowJob.prepare(q, k, no_values, prob, np.full(H, prob.scale), np.ones(H), None)
     top = np.zeros((B * H, Nq), np.float64)
@@ -214,15 +222,17 @@ def softmax_lse_entropy(
         r1 = r0 + n_rows
         slope = float(job.slope[bh % H])
         # Beyond the window every key scores at least 1 + slope·extra below the row's own key, so
-        # together they weigh at most e^(−1 − slope·extra) / (1 − e^(−slope)) ≤ window_eps of it.
+        # together they weigh at most e^(−1 − slope·extra) / (1 − e^(−slope)) ≤ window_eps of it
+        # (with θ ≥ 1 the bias θ·slope only drops them further; the bound has θ in the queries).
         extra = (log_eps - math.log(-math.expm1(-slope))) / slope if slope > 0.0 else 0.0
         j0 = job.window_start(bh, r0, r1, extra=extra)
+        row_slope = slope * row_factor[bh, r0:r1]
         width = max(1, _TILE_ENTRIES // n_rows)
         for t0 in range(j0, kmax, width):
             t1 = min(kmax, t0 + width)
             S = buf[: n_rows * (t1 - t0)].view(n_rows, t1 - t0)
             torch.mm(job.qs[bh, r0:r1], job.kf[bh, t0:t1].t(), out=S)
-            kernel(S.numpy(), t0, job.pos[r0:r1], last[r0:r1], slope, top[bh, r0:r1], total[bh, r0:r1],
+            kernel(S.numpy(), t0, job.pos[r0:r1], last[r0:r1], row_slope, top[bh, r0:r1], total[bh, r0:r1],
                    moment[bh, r0:r1])
         return 0
 

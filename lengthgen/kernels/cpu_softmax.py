@@ -296,10 +296,10 @@ def _attend(
 
         slopes = prob.slopes[index].to(q.dtype)
         group = (pick(q), pick(k), pick(v), pick(theta))
-        if want_entropy and theta is None and _scores_pass_applies(q):
+        if want_entropy and _scores_pass_applies(q):
             sub = replace(prob, H=len(heads), slopes=prob.slopes[index])
             lse_g, entropy_g = softmax_lse_entropy(group[0], group[1], sub, WINDOW_EPS,  # type: ignore[arg-type]
-                                                   threads=_PARALLEL_THREADS)
+                                                   theta=group[3], threads=_PARALLEL_THREADS)
             part = _Part(lse_g.to(q.dtype), entropy=entropy_g.to(q.dtype))
         else:
             part = _head_group(*group, prob, slopes, want_entropy)  # type: ignore[arg-type]
@@ -312,7 +312,7 @@ def _attend(
 
 
 def _scores_pass_applies(q: Tensor) -> bool:
-    """Whether the entropy pass (no θ) goes through ``cpu_entropy`` (BLAS score tiles, one numba
+    """Whether an entropy pass goes through ``cpu_entropy`` (BLAS score tiles, one numba
     pass) rather than the kernel with values [k, j − p]: in float32 with numba. Measured at
     65,536 tokens, 2 heads each: without a slope 7.3 s against the kernel's 9.3 s (the kernel
     also computes a 32-wide P·V it does not need); with slopes 1 and 1/2 the kernel runs one small
