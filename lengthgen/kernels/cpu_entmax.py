@@ -232,7 +232,7 @@ if numba is not None:
         em1 = e - 1.0
         ei = em1_int[h]
         md = mode[h]
-        n_chunk_max = L // _CHUNK + 1
+        n_chunk_max = L // min(_CHUNK, _SAMPLE_STRIDE) + 1  # cmv also holds a dense row's sample
         cv = np.empty(cap + _CHUNK, np.float32)
         ci = np.empty(cap + _CHUNK, np.int64)
         cm = np.empty(n_chunk_max, np.float32)
