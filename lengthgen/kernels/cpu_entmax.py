@@ -25,6 +25,8 @@ first; one thread per torch intra-op thread.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -376,6 +378,13 @@ def _get_kernel() -> Any:
 def fused_available() -> bool:
     """True when numba imports and the kernel compiles."""
     return _get_kernel() is not None
+
+
+def lazy_kernel(build: Callable[[], Any]) -> Callable[[], Any]:
+    """A getter of the numba kernel ``build`` compiles (or loads from numba's cache) on first use;
+    it returns None while the fused kernels are unavailable (no numba)."""
+    built = functools.cache(build)
+    return lambda: built() if fused_available() else None
 
 
 def fused_unavailable_reason() -> str:

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from lengthgen.kernels.cpu_blocks import RowJob, run_blocks
-from lengthgen.kernels.cpu_entmax import fused_available, fused_unavailable_reason
+from lengthgen.kernels.cpu_entmax import fused_unavailable_reason, lazy_kernel
 from lengthgen.kernels.problem import AttnProblem
 
 __all__ = ["entropy_available", "softmax_lse_entropy"]
@@ -47,7 +47,6 @@ _SUM_BLOCK = 128
 _SAMPLE_STRIDE = 16
 #: …unless its Σ e^u comes out above this (tiles hold at most 2,048 keys of one row).
 _REDO_ABOVE = 2.0**16
-_kernel: Any = None
 
 
 def _build_kernel() -> Any:
@@ -168,11 +167,7 @@ def _build_kernel() -> Any:
     return rows
 
 
-def _get_kernel() -> Any:
-    global _kernel
-    if _kernel is None and fused_available():
-        _kernel = _build_kernel()
-    return _kernel
+_get_kernel = lazy_kernel(_build_kernel)
 
 
 def entropy_available() -> bool:
