@@ -26,15 +26,18 @@ How:
 * ALiBi heads skip keys further left than ``lo``: for row i, z_ij − max_j z_ij ≤ 2·scale·|q_i|·max|k|
   − m(i − j), so the keys beyond the window carry at most ``WINDOW_EPS`` of the row's weight
   (bounded, not guessed), which leaves the output within 2·WINDOW_EPS·max|v| of exact;
-* adaptive temperature: a first pass attends to [k, j − p] instead of v, giving E_p[z] and
-  H = LSE − E_p[z] per row, θ = poly(H); the second pass is plain softmax of θ·z (q and the slope
-  channel times θ). The kernel accumulates in fp32, so H carries an error of a few 1e-6 nats,
-  which θ's polynomial (slope ≈ 2) and θ·z turn into output errors up to about 2e-5 on peaked
-  rows, against about 1e-6 for plain softmax; an fp64 first pass cost 3.2× the fp32 one.
+* adaptive temperature: a first pass gives each row's entropy H = LSE − E_p[z], θ = poly(H); the
+  second pass is plain softmax of θ·z (q and the slope channel times θ). In float32 the first
+  pass is ``cpu_entropy`` (BLAS score tiles and one vectorized numba pass: no P·V, and windowed
+  ALiBi heads without the kernel's small per-block calls; see ``_scores_pass_applies``); in
+  float64, or without numba, it is a kernel pass that attends to [k, j − p] instead of v. Either
+  accumulates in fp32, so H carries an error of a few 1e-6 nats, which θ's polynomial
+  (slope ≈ 2) and θ·z turn into output errors up to about 2e-5 on peaked rows, against about
+  1e-6 for plain softmax; an fp64 first pass cost 3.2× the fp32 one.
 
-Diagnostics: the entropy of the diagnostic rows from one more kernel pass over just those rows
-(the same first-pass machinery), their support by counting, on BLAS score blocks, the keys whose
-p = exp(θz − LSE) is a positive float32.
+Diagnostics: the entropy of the diagnostic rows from one more entropy pass over just those rows
+(the same first-pass machinery, with their θ), their support by counting, on BLAS score blocks,
+the keys whose p = exp(θz − LSE) is a positive float32.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from lengthgen.functional.normalizers import compute_dtype
 from lengthgen.functional.temperature import theta_from_entropy
 from lengthgen.kernels import chunking
 from lengthgen.kernels.cpu_blocks import run_blocks
+from lengthgen.kernels.cpu_entropy import entropy_available, softmax_lse_entropy
 from lengthgen.kernels.diagnostics import normalize_entropy as _normalize
 from lengthgen.kernels.normalizers import AdaptiveTemperature, Normalizer
 from lengthgen.kernels.problem import AttnProblem, score_block
@@ -129,7 +133,7 @@ def _kernel_part(
     θ·slope/scale, k gets j − ref); the log-sum-exp is returned in true units (−θ·slope·(pos − ref)
     added back). ``want_entropy``: the
     values are [k, j − ref] and the entropy LSE − E_p[θz] is returned instead of an output (the
-    first pass of adaptive temperature, the diagnostics), taken in the kernel's units where both
+    entropy pass where ``cpu_entropy`` does not apply), taken in the kernel's units where both
     terms are small. ``causal_square``: rows and keys are the same positions, masked
     causally inside the kernel. ``parallel``: a call big enough for every core (the rest runs
     single-threaded, see ``_intra_op_threads``).
@@ -295,13 +299,28 @@ def _attend(
 
         slopes = prob.slopes[index].to(q.dtype)
         group = (pick(q), pick(k), pick(v), pick(theta))
-        part = _head_group(*group, prob, slopes, want_entropy)  # type: ignore[arg-type]
+        if want_entropy and _scores_pass_applies(q):
+            sub = replace(prob, H=len(heads), slopes=prob.slopes[index])
+            lse_g, entropy_g = softmax_lse_entropy(group[0], group[1], sub, WINDOW_EPS,  # type: ignore[arg-type]
+                                                   theta=group[3], threads=_PARALLEL_THREADS)
+            part = _Part(lse_g.to(q.dtype), entropy=entropy_g.to(q.dtype))
+        else:
+            part = _head_group(*group, prob, slopes, want_entropy)  # type: ignore[arg-type]
         lse[:, heads] = part.lse
         if out is not None and part.out is not None:
             out[:, heads] = part.out
         if entropy is not None and part.entropy is not None:
             entropy[:, heads] = part.entropy
     return _Part(lse, out, entropy)
+
+
+def _scores_pass_applies(q: Tensor) -> bool:
+    """Whether an entropy pass goes through ``cpu_entropy`` (BLAS score tiles, one numba
+    pass) rather than the kernel with values [k, j − p]: in float32 with numba. Measured at
+    65,536 tokens, 2 heads each: without a slope 7.3 s against the kernel's 9.3 s (the kernel
+    also computes a 32-wide P·V it does not need); with slopes 1 and 1/2 the kernel runs one small
+    call per block of rows, 3.6× slower. Float64 inputs keep the kernel's fp64 arithmetic."""
+    return q.dtype == torch.float32 and entropy_available()
 
 
 def _head_groups(slopes: list[float]) -> list[list[int]]:
@@ -392,9 +411,10 @@ def _diagnostics(
 ) -> tuple[Tensor, Tensor]:
     """Entropy and support of the diagnostic rows, without materializing their weights.
 
-    Entropy: H = LSE − E_p[θz], with E_p[θz] from one more kernel pass over just these rows
-    (values [k, j − p]). Support: the keys whose p = exp(θz − LSE) is a positive float32, counted
-    on BLAS score blocks by a numba pass (``_count_above``).
+    Entropy: H = LSE − E_p[θz] from one more entropy pass over just these rows (as adaptive
+    temperature's first pass, ``_attend`` with ``want_entropy``). Support: the keys whose
+    p = exp(θz − LSE) is a positive float32, counted on BLAS score blocks by a numba pass
+    (``_count_above``).
     """
     chosen_theta = None if theta is None else theta[:, :, rows]
     sub = replace(prob, Nq=rows.numel(), q_positions=prob.q_positions[rows], full_rows=False)

@@ -21,14 +21,13 @@ import torch
 from torch import Tensor
 
 from lengthgen.kernels.cpu_blocks import RowJob
-from lengthgen.kernels.cpu_entmax import fused_available, row_helpers
+from lengthgen.kernels.cpu_entmax import lazy_kernel, row_helpers
 from lengthgen.kernels.normalizers import Normalizer, TopK
 from lengthgen.kernels.problem import AttnProblem
 
 __all__ = ["fused_path", "fused_topk_attention"]
 
 _MAX_BLOCK_ROWS = 512
-_kernel: Any = None
 
 
 def _build_kernel() -> Any:
@@ -121,11 +120,7 @@ def _build_kernel() -> Any:
     return rows
 
 
-def _get_kernel() -> Any:
-    global _kernel
-    if _kernel is None and fused_available():
-        _kernel = _build_kernel()
-    return _kernel
+_get_kernel = lazy_kernel(_build_kernel)
 
 
 def fused_path(

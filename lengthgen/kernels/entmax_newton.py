@@ -53,6 +53,54 @@ if numba is not None:
         return (S - S ** (1.0 - 1.0 / e)) / W
 
     @njit(cache=True, fastmath=FASTMATH, nogil=True)
+    def compact(cv, ci, k, c):  # noqa: ANN001, ANN202
+        """Keep the entries of cv[:k] (and ci) above c, in order; returns how many.
+
+        Branch-free (every entry is written, the index advances by the comparison): with about
+        half the entries dropping out, a branch here is mispredicted that often."""
+        kk = 0
+        for a in range(k):
+            x = cv[a]
+            i = ci[a]
+            cv[kk] = x
+            ci[kk] = i
+            kk += np.int64(np.float64(x) - c > 0.0)
+        return kk
+
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
+    def threshold_sums(s, n, c, em1, em1_int, mode):  # noqa: ANN001, ANN202
+        """One pass over s[:n] at the threshold c (absolute): S = Σ[x − c]_+^e,
+        W = Σ[x − c]_+^(e−1) and k = #{x > c}, in fp64.
+
+        Every term is a select, never a branch, so the loop vectorizes: a branch on x > c is
+        mispredicted for about half the keys of a dense row (a closing pass written that way once
+        cost more than all the Newton passes together).
+        """
+        S = 0.0
+        W = 0.0
+        k = 0
+        if mode == MODE_15:
+            for j in range(n):
+                d = max(np.float64(s[j]) - c, 0.0)
+                S += d * d
+                W += d
+                k += np.int64(d > 0.0)
+        elif mode == MODE_2:
+            for j in range(n):
+                d = max(np.float64(s[j]) - c, 0.0)
+                S += d
+                k += np.int64(d > 0.0)
+            W = np.float64(k)
+        else:
+            for j in range(n):
+                d = max(np.float64(s[j]) - c, 0.0)
+                pw = powm1(d, em1, em1_int) if d > 0.0 else 0.0
+                S += pw * d
+                W += pw
+                k += np.int64(d > 0.0)
+        return S, W, k
+
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def newton(cv, ci, k, m, tau, e, em1, em1_int, mode):  # noqa: ANN001, ANN202
         """τ (relative to m) on the values cv[:k] (float32, each > m − 1), from a lower bound ``tau``.
 
@@ -63,51 +111,17 @@ if numba is not None:
         """
         for _ in range(MAX_NEWTON):
             c = m + tau
-            f = -1.0
-            fp = 0.0
-            act = 0
-            if mode == MODE_15:
-                for a in range(k):
-                    d = max(np.float64(cv[a]) - c, 0.0)
-                    f += d * d
-                    fp += d
-                    act += d > 0.0
-            elif mode == MODE_2:
-                for a in range(k):
-                    d = max(np.float64(cv[a]) - c, 0.0)
-                    f += d
-                    act += d > 0.0
-                fp = np.float64(act)
-            else:
-                for a in range(k):
-                    d = np.float64(cv[a]) - c
-                    if d > 0.0:
-                        pw = powm1(d, em1, em1_int)
-                        f += pw * d
-                        fp += pw
-                        act += 1
+            S, fp, act = threshold_sums(cv, k, c, em1, em1_int, mode)
+            f = S - 1.0
             if 2 * act < k:
-                kk = 0
-                for a in range(k):
-                    if np.float64(cv[a]) - c > 0.0:
-                        cv[kk] = cv[a]
-                        ci[kk] = ci[a]
-                        kk += 1
-                k = kk
+                k = compact(cv, ci, k, c)
             if f <= 0.0 or fp <= 0.0:
                 break
-            step = newton_step(f + 1.0, fp, e)
+            step = newton_step(S, fp, e)
             tau += step
             if step <= STEP_TOL:
                 break
-        c = m + tau
-        kk = 0
-        for a in range(k):
-            if np.float64(cv[a]) - c > 0.0:
-                cv[kk] = cv[a]
-                ci[kk] = ci[a]
-                kk += 1
-        k = kk
+        k = compact(cv, ci, k, m + tau)
         if mode != MODE_GENERAL and k > 0:
             s1 = 0.0
             s2 = 0.0
