@@ -105,14 +105,15 @@ def test_newton_from_either_side_ends_on_the_exact_threshold(alpha: float, offse
     must come back."""
     import numpy as np
 
-    from lengthgen.kernels.cpu_entmax import _head_params, _newton_dense
+    from lengthgen.kernels.cpu_entmax import _newton_dense
+    from lengthgen.kernels.entmax_newton import newton_params
 
     top = torch.tensor([0.0, -0.3], dtype=torch.float32)
     tau = _tau_by_bisection(top, alpha)
     x = torch.cat([top, torch.full((1000,), tau - 1e-4), torch.full((500,), tau - 0.2)]).to(torch.float32)
     want = _tau_by_bisection(x, alpha)
     assert abs(want - tau) < 1e-6  # the cluster is outside the support
-    expo, mode, em1_int = _head_params(np.array([alpha]))
+    expo, mode, em1_int = newton_params(np.array([alpha]))
     e = float(expo[0])
     got = _newton_dense(x.numpy(), x.numel(), 0.0, want + offset, e, e - 1.0, int(em1_int[0]), int(mode[0]))
     assert abs(got - want) < 1e-12

@@ -37,11 +37,11 @@ from lengthgen.kernels.cpu_blocks import RowJob
 from lengthgen.kernels.entmax_newton import (
     FASTMATH,
     MAX_NEWTON,
-    MODE_2,
     MODE_15,
     MODE_GENERAL,
     NUMBA_ERROR,
     STEP_TOL,
+    newton_params,
     numba,
 )
 from lengthgen.kernels.normalizers import Entmax, Normalizer, alpha_per_head
@@ -392,15 +392,6 @@ def fused_unavailable_reason() -> str:
     return "" if fused_available() else f"{type(_kernel_error).__name__}: {_kernel_error}"
 
 
-def _head_params(alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    expo = 1.0 / (alpha - 1.0)
-    mode = np.where(alpha == 1.5, MODE_15, np.where(alpha == 2.0, MODE_2, MODE_GENERAL)).astype(np.int64)
-    em1 = expo - 1.0
-    em1_int = np.where(np.abs(em1 - np.round(em1)) < 1e-12, np.round(em1), -1).astype(np.int64)
-    em1_int = np.where(em1_int > 16, -1, em1_int).astype(np.int64)
-    return expo.astype(np.float64), mode, em1_int
-
-
 def fused_path(
     q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -436,7 +427,7 @@ def fused_entmax_attention(
     # Work in x = (α−1)·z: scale·(α−1) into q, (α−1) into the slopes.
     job = RowJob.prepare(q, k, v, prob, prob.scale * (a - 1.0), a - 1.0, rows)
     H = prob.H
-    expo, mode, em1_int = _head_params(a)
+    expo, mode, em1_int = newton_params(a)
     vt = torch.from_numpy(job.vf)
     pos, nvis = job.pos, job.nvis
 

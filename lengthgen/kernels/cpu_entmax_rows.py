@@ -86,10 +86,9 @@ def rows_kernel_applies(z: Tensor, alpha: object) -> bool:
 def _forward(z: Tensor, alpha: float) -> Tensor:
     flat = z.detach().contiguous().view(-1, z.shape[-1]).numpy()
     p = np.empty_like(flat)
-    expo = 1.0 / (alpha - 1.0)
+    expos, modes, em1_ints = entmax_newton.newton_params(np.array([alpha]))
+    expo, mode, em1_int = float(expos[0]), int(modes[0]), int(em1_ints[0])
     em1 = expo - 1.0
-    em1_int = int(round(em1)) if abs(em1 - round(em1)) < 1e-12 and round(em1) <= 16 else -1
-    mode = {1.5: entmax_newton.MODE_15, 2.0: entmax_newton.MODE_2}.get(alpha, entmax_newton.MODE_GENERAL)
     _kernel(flat, alpha - 1.0, expo, em1, em1_int, mode, p)
     return torch.from_numpy(p).view(z.shape)
 

@@ -18,7 +18,8 @@ except Exception as exc:  # pragma: no cover - exercised only where numba is mis
     numba = None
     NUMBA_ERROR = exc
 
-__all__ = ["FASTMATH", "MAX_NEWTON", "MODE_15", "MODE_2", "MODE_GENERAL", "NUMBA_ERROR", "STEP_TOL", "numba"]
+__all__ = ["FASTMATH", "MAX_NEWTON", "MODE_15", "MODE_2", "MODE_GENERAL", "NUMBA_ERROR", "STEP_TOL",
+           "newton_params", "numba"]
 
 # No "ninf": the kernels start reductions at −inf. "nnan" is safe because every score is finite (the
 # callers reject or route away non-finite inputs) and lets LLVM vectorize the max reductions.
@@ -26,6 +27,17 @@ FASTMATH = {"nsz", "arcp", "contract", "reassoc", "nnan"}
 MAX_NEWTON = 200
 STEP_TOL = 1e-14
 MODE_GENERAL, MODE_15, MODE_2 = 0, 1, 2
+
+
+def newton_params(alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per α: the exponent e = 1/(α−1), the closed-form mode, and e − 1 as an integer (−1 if it
+    is not a small integer), the arguments ``newton`` takes."""
+    expo = 1.0 / (alpha - 1.0)
+    mode = np.where(alpha == 1.5, MODE_15, np.where(alpha == 2.0, MODE_2, MODE_GENERAL)).astype(np.int64)
+    em1 = expo - 1.0
+    em1_int = np.where(np.abs(em1 - np.round(em1)) < 1e-12, np.round(em1), -1).astype(np.int64)
+    em1_int = np.where(em1_int > 16, -1, em1_int).astype(np.int64)
+    return expo.astype(np.float64), mode, em1_int
 
 
 if numba is not None:
