@@ -68,10 +68,11 @@ def sweep_flags(task: str, config: dict[str, Any],
 def _changed_options(config: dict[str, Any]) -> dict[str, Any]:
     """The run's backend options that differ from its backend's defaults (``--attn-option``)."""
     from lengthgen.attention import ATTENTION
+    from lengthgen.registry import RegistryError
 
     try:
         defaults = ATTENTION.get(config["attn"]).Options().model_dump(mode="json")
-    except Exception:  # a backend this installation does not know
+    except RegistryError:  # a backend this installation does not know
         return {}
     return {k: v for k, v in config.get("attn_options", {}).items() if defaults.get(k) != v}
 
