@@ -386,11 +386,11 @@ class Launcher(str, Enum):
 
 @app.command("sweep")
 def sweep_command(
-    tasks: str = typer.Option(..., "--task", help="Comma-separated task names (see `lengthgen tasks`)."),
-    attns: str = typer.Option(..., "--attn", help="Comma-separated backends (see `lengthgen attns`)."),
-    positions: str = typer.Option("nape", "--pos", help="Comma-separated position schemes."),
-    seeds: str = typer.Option("0", "--seeds", help="Seeds: 0,1,2 or a range 0-4."),
-    preset: str = typer.Option("quick", "--preset", help=PRESET_HELP),
+    tasks: str | None = typer.Option(None, "--task", help="Comma-separated tasks (see `lengthgen tasks`)."),
+    attns: str | None = typer.Option(None, "--attn", help="Comma-separated backends (`lengthgen attns`)."),
+    positions: str | None = typer.Option(None, "--pos", help="Position schemes [default: nape]."),
+    seeds: str | None = typer.Option(None, "--seeds", help="Seeds: 0,1,2 or a range 0-4 [default: 0]."),
+    preset: str | None = typer.Option(None, "--preset", help=PRESET_HELP + " [default: quick]"),
     steps: int | None = typer.Option(None, "--steps", help="Training steps (overrides the preset)."),
     max_factor: int | None = typer.Option(None, "--max-factor", help="Evaluate up to L·this (power of 2)."),
     eval_samples: int | None = typer.Option(None, "--eval-samples", help="Samples per length (the most)."),
@@ -412,27 +412,50 @@ def sweep_command(
     shard: str | None = typer.Option(None, "--shard", help="I/N: every N-th run from the I-th (0-based)."),
     log: Log | None = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    plan_file: str | None = typer.Option(
+        None, "--plan", help="A leaderboard plan (TOML): run exactly the runs it still misses."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List missing runs, CPU time; run nothing."),
 ) -> None:
     """Run a grid of runs into a crash-safe results dataset; re-run the same command to resume."""
     from lengthgen import sweeps as sw
     from lengthgen.config import parse_assignments
 
+    if jobs is not None and jobs < 1:
+        raise UserError("--jobs must be at least 1")
+    if plan_file is not None:
+        given = [flag for flag, value in (
+            ("--task", tasks), ("--attn", attns), ("--pos", positions), ("--seeds", seeds),
+            ("--preset", preset),
+            ("--steps", steps), ("--max-factor", max_factor), ("--eval-samples", eval_samples),
+            ("--train-length", train_length), ("--selection", selection), ("--param", param),
+            ("--attn-option", attn_option), ("--set", override), ("--shard", shard), ("--log", log),
+            ("--ray-address", ray_address)) if value]
+        if given or launcher is not Launcher.local:
+            flags = ", ".join(given + ([] if launcher is Launcher.local else ["--launcher"]))
+            raise UserError(f"--plan sets the grid itself; drop {flags} (the plan file holds every setting; "
+                            "with --plan: --out, --jobs, --device, --retry-failed, --dry-run, --quiet)")
+        _run_plan(plan_file, out, jobs or 1, device, retry_failed, dry_run, quiet)
+        return
+    if not tasks or not attns:
+        raise UserError("sweep needs --task and --attn (or --plan FILE)")
     shared, grid = sw.split_settings(parse_assignments(override, "--set", parse=sw.parse_choices))
+    preset = preset or "quick"
     spec = sw.SweepSpec(
         tasks=sw.parse_list(tasks, "task"), attns=sw.parse_list(attns, "attention backend"),
-        positions=sw.parse_list(positions, "position scheme"), seeds=sw.parse_seeds(seeds),
+        positions=sw.parse_list(positions or "nape", "position scheme"), seeds=sw.parse_seeds(seeds or "0"),
         preset=preset, steps=steps, max_factor=max_factor, eval_samples=eval_samples,
         train_length=train_length, selection=selection.value if selection else None,
         task_params=parse_assignments(param, "--param"), overrides=shared, grid=grid,
         attn_options=parse_assignments(attn_option, "--attn-option"),
     )
-    if jobs is not None and jobs < 1:
-        raise UserError("--jobs must be at least 1")
     if ray_address and launcher is not Launcher.ray:
         raise UserError("--ray-address needs --launcher ray")
     configs = sw.validate_spec(spec)
     if shard is not None:
         configs = sw.shard_of(configs, shard)
+    if dry_run:
+        _list_missing_runs(configs, out, retry_failed)
+        return
     if launcher is Launcher.ray:
         try:
             import ray  # noqa: F401
@@ -457,6 +480,46 @@ def sweep_command(
             typer.echo(line, err=True)
         raise typer.Exit(code=143 if isinstance(stop, sw.SweepTerminated) else 130) from None
     for line in sw.summarize(report, out):
+        typer.echo(line, err=True)
+
+
+def _list_missing_runs(configs: Any, out: str, retry_failed: bool) -> None:
+    """``--dry-run`` of a plain sweep: each missing run with its estimated CPU time."""
+    from lengthgen.plans import listing
+    from lengthgen.plans.estimate import Timings
+
+    for line in listing.missing_run_lines(configs, out, Timings.from_folders(Path(out)), retry_failed):
+        typer.echo(line)
+
+
+def _run_plan(plan_file: str, out: str, jobs: int, device: Device, retry_failed: bool, dry_run: bool,
+              quiet: bool) -> None:
+    from lengthgen import sweeps as sw
+    from lengthgen.plans import execute, listing
+    from lengthgen.plans.estimate import Timings
+    from lengthgen.plans.plan import ablations_dir, load_plan, survey
+
+    plan = load_plan(plan_file)
+    if dry_run:
+        states = survey(plan, out, retry_failed=retry_failed)
+        timings = Timings.from_folders(Path(out), ablations_dir(plan, plan_file))
+        for line in listing.dry_run_lines(states, timings):
+            typer.echo(line)
+        return
+    _check_run_environment(device, None)
+    out_dir = folder_for_writing(out, "--out")
+    typer.echo(f"plan {plan_file}: {len(plan.sweep)} sweeps -> {out}", err=True)
+    report = execute.PlanReport()
+    echo = (lambda line: None) if quiet else (lambda line: typer.echo(line, err=True))
+    try:
+        with sw.sigterm_stops_cleanly(), new_folder(sw.data_dir(out_dir)):
+            execute.run_plan(plan, out_dir, jobs=jobs, device=device.value, retry_failed=retry_failed,
+                             echo=echo, progress=not quiet, report=report)
+    except KeyboardInterrupt as stop:
+        typer.echo(f"interrupted: {report.remaining} pieces of work left; run the same command again "
+                   "to resume", err=True)
+        raise typer.Exit(code=143 if isinstance(stop, sw.SweepTerminated) else 130) from None
+    for line in execute.summary_lines(report, out):
         typer.echo(line, err=True)
 
 

@@ -258,18 +258,25 @@ def launch_local(todo: Sequence[RunConfig], out: str, device: str, jobs: int, on
             except Exception as exc:  # the worker process died (killed, out of memory)
                 config = futures[future]
                 frame = failed_frame(config, f"worker died: {type(exc).__name__}: {exc}")
-                _record_if_missing(config, out, frame)
+                record_if_missing(config, out, frame)
                 outcome = outcome_of(run_key(config), frame, 0.0)
             on_done(outcome)
     except BaseException:  # Ctrl-C: stop the runs in progress now, not after they finish
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.terminate()
+        terminate_workers(pool)
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _record_if_missing(config: RunConfig, out: str, frame: pd.DataFrame) -> None:
+def terminate_workers(pool: Any) -> None:
+    """Stop a process pool's workers now (Ctrl-C), not after their runs finish; the pool has no
+    public way to do it."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+
+
+def record_if_missing(config: RunConfig, out: str, frame: pd.DataFrame) -> None:
+    """Write ``frame`` as the run's data file unless the run recorded one itself."""
     from lengthgen.harness.results import write_parquet_atomic
 
     path = data_path(out, run_key(config))
@@ -320,10 +327,10 @@ def launch_ray(todo: Sequence[RunConfig], out: str, device: str, jobs: int | Non
                     config = pending.pop(ref)
                     try:
                         outcome, frame = ray.get(ref)
-                        _record_if_missing(config, out, frame)
+                        record_if_missing(config, out, frame)
                     except Exception as exc:  # the task or its worker died (crash, node loss, OOM kill)
                         frame = failed_frame(config, f"ray task died: {type(exc).__name__}: {exc}")
-                        _record_if_missing(config, out, frame)
+                        record_if_missing(config, out, frame)
                         outcome = outcome_of(run_key(config), frame, 0.0)
                     on_done(outcome)
         except BaseException:

@@ -4,7 +4,10 @@ Two rules, both computed from the validation exact match every run records for i
 checkpoint (``val_exact_id`` at the training length, ``val_exact_8x`` at 8×):
 
 - **Setting per row.** Per (task, backend, position scheme), the setting (recipe without seed)
-  with the best mean in-distribution validation score over its seeds; the runner-up is shown too.
+  with the best mean in-distribution validation score over the seeds that every setting of the
+  row ran (all its seeds when the settings share none); the runner-up is shown too. A grid
+  screened on seed 0, whose winner then ran seeds 1 and 2, is so ranked on seed 0 alone: the
+  extra seeds of the winner cannot change the choice they were run for.
 - **Paper protocol.** Per (task, backend), the single best run over every seed, setting and
   position scheme, by 8× validation (ties: 1× validation, then the lower seed): how the paper
   picked the numbers it reports.
@@ -43,7 +46,7 @@ class SettingScore:
     setting: str
     label: str  # the fields that set it apart within its row
     description: str  # its difference from the preset
-    score: float | None  # mean 1× validation exact match over its runs; None when some run lacks one
+    score: float | None  # mean 1× validation exact match over the compared seeds; None when one lacks it
     runs: int
 
 
@@ -53,6 +56,7 @@ class Selection:
 
     ranked: tuple[SettingScore, ...]
     status: Literal["only", "selected", "n/a"]
+    seeds: tuple[int, ...] = ()  # the seeds the settings were compared on
 
     @property
     def shown(self) -> tuple[SettingScore, ...]:
@@ -69,11 +73,20 @@ class Selection:
             return ONLY
         if self.status == "n/a":
             return f"{PREDATES}: {len(self.ranked)} settings shown separately"
-        return f"best mean 1× validation of {len(self.ranked)} settings"
+        plural = "s" if len(self.seeds) > 1 else ""
+        on = f" on seed{plural} {', '.join(map(str, self.seeds))}" if self.seeds else ""
+        return f"best mean 1× validation of {len(self.ranked)} settings{on}"
 
 
 def _configs(runs: pd.DataFrame) -> dict[str, dict[str, Any]]:
     return {s: config_dict(group["config_json"].iloc[0]) for s, group in runs.groupby("setting", sort=True)}
+
+
+def compared_seeds(group: pd.DataFrame) -> set[Any]:
+    """The seeds every setting of a row ran (all seeds when they share none)."""
+    per_setting = [set(part["seed"]) for _, part in group.groupby("setting", sort=True)]
+    common = set.intersection(*per_setting) if per_setting else set()
+    return common or set(group["seed"])
 
 
 def select_settings(runs: pd.DataFrame) -> dict[tuple[str, str, str], Selection]:
@@ -82,9 +95,10 @@ def select_settings(runs: pd.DataFrame) -> dict[tuple[str, str, str], Selection]
     for key, group in runs.groupby(["task", "attn", "pos"], sort=True):
         configs = _configs(group)
         labels = settings.labels(configs)
+        seeds = compared_seeds(group)
         scored = []
         for setting, part in group.groupby("setting", sort=True):
-            values = [run_score(run, "val_id") for _, run in part.iterrows()]
+            values = [run_score(run, "val_id") for _, run in part.iterrows() if run["seed"] in seeds]
             score = None if any(v is None for v in values) else math.fsum(sorted(values)) / len(values)
             scored.append(SettingScore(setting, labels[setting], settings.describe(configs[setting], setting),
                                        score, len(part)))
@@ -95,7 +109,8 @@ def select_settings(runs: pd.DataFrame) -> dict[tuple[str, str, str], Selection]
         else:
             status = "selected"
             scored.sort(key=lambda s: (-(s.score or 0.0), s.label, s.setting))
-        out[(str(key[0]), str(key[1]), str(key[2]))] = Selection(tuple(scored), status)
+        compared = tuple(sorted(int(s) for s in seeds if not is_missing(s)))
+        out[(str(key[0]), str(key[1]), str(key[2]))] = Selection(tuple(scored), status, compared)
     return out
 
 

@@ -1,0 +1,143 @@
+"""CPU-time estimates for missing work, from the timings that recorded runs carry.
+
+Every run records ``train_seconds`` and, per evaluated length, ``eval_seconds`` and ``n_samples``.
+A missing run is estimated from recorded runs of the same task and backend: seconds per training
+step at the same model size and training length, and seconds per test sample at each evaluation
+length it will be tested at. Where nothing comparable was recorded, fewer keys must match (the
+same task and backend at any size, then the task alone); where nothing matches, the estimate is
+unknown and says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+from lengthgen.config import RunConfig
+
+
+def _arch(config_json: str) -> str:
+    import json
+
+    try:
+        config = json.loads(config_json)
+        return json.dumps(config["arch"], sort_keys=True)
+    except (TypeError, ValueError, KeyError):
+        return ""
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Per-step training and per-sample evaluation seconds of recorded runs, by how alike they are."""
+
+    steps: dict[tuple[str, ...], list[float]]
+    samples: dict[tuple[str, ...], list[float]]
+
+    @classmethod
+    def from_rows(cls, rows: pd.DataFrame) -> Timings:
+        steps: dict[tuple[str, ...], list[float]] = {}
+        samples: dict[tuple[str, ...], list[float]] = {}
+        if rows.empty:
+            return cls(steps, samples)
+        ok = rows[rows["status"] == "ok"]
+        arch = [_arch(c) for c in ok["config_json"]]
+        frame = ok.assign(arch=arch)
+        for _, run in frame.drop_duplicates("run_id").iterrows():
+            if pd.notna(run["train_seconds"]) and pd.notna(run["steps"]) and run["steps"] > 0:
+                per = float(run["train_seconds"]) / float(run["steps"])
+                for key in _keys(run["task"], run["attn"], run["arch"], str(int(run["train_length"]))):
+                    steps.setdefault(key, []).append(per)
+        for _, row in frame.iterrows():
+            if pd.notna(row["eval_seconds"]) and pd.notna(row["n_samples"]) and row["n_samples"] > 0:
+                per = float(row["eval_seconds"]) / float(row["n_samples"])
+                for key in _keys(row["task"], row["attn"], row["arch"], str(int(row["eval_length"]))):
+                    samples.setdefault(key, []).append(per)
+        return cls(steps, samples)
+
+    @classmethod
+    def from_folders(cls, *folders: Path | None) -> Timings:
+        """Timings of the runs under sweep folders (their ``data/``), or folders of sweep folders
+        (an ablations folder); missing folders are skipped."""
+        from lengthgen.harness.results import load_results
+
+        frames = []
+        for folder in folders:
+            if folder is None or not folder.is_dir():
+                continue
+            data = [folder / "data"] if (folder / "data").is_dir() else sorted(folder.glob("*/data"))
+            frames += [load_results(d) for d in data]
+        frames = [f for f in frames if not f.empty]
+        return cls.from_rows(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
+
+    def train_seconds(self, config: RunConfig) -> float | None:
+        per = _lookup(self.steps, config.task, config.attn, _arch_of(config), str(config.train.train_length))
+        return None if per is None else per * config.train.steps
+
+    def eval_seconds(self, config: RunConfig, factors: Iterable[int]) -> float | None:
+        total = 0.0
+        for factor in factors:
+            length = config.train.train_length * factor
+            per = _lookup(self.samples, config.task, config.attn, _arch_of(config), str(length))
+            if per is None:
+                return None
+            total += per * _samples(config, length)
+        return total
+
+
+def _keys(task: str, attn: str, arch: str, length: str) -> list[tuple[str, ...]]:
+    """From the most to the least specific: what a lookup falls back through."""
+    return [(task, attn, arch, length), (task, attn, "", length), (task, "", "", length)]
+
+
+def _lookup(table: dict[tuple[str, ...], list[float]], task: str, attn: str, arch: str,
+            length: str) -> float | None:
+    for key in _keys(task, attn, arch, length):
+        if key in table:
+            return statistics.median(table[key])
+    return None
+
+
+def _arch_of(config: RunConfig) -> str:
+    import json
+
+    return json.dumps(config.model_dump(mode="json")["arch"], sort_keys=True)
+
+
+def _samples(config: RunConfig, length: int) -> int:
+    return config.eval.samples_at(_sequence_tokens(config.task, json_params(config), length))
+
+
+def json_params(config: RunConfig) -> str:
+    import json
+
+    return json.dumps(config.task_params, sort_keys=True)
+
+
+@lru_cache(maxsize=4096)
+def _sequence_tokens(task: str, params: str, length: int) -> int:
+    import json
+
+    from lengthgen.harness.evaluate import sequence_tokens
+    from lengthgen.tasks import get_task
+
+    return sequence_tokens(get_task(task, **json.loads(params)), length)
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def total(values: Sequence[float | None]) -> tuple[float, int]:
+    """The sum of the known estimates and the number of unknown ones."""
+    return sum(v for v in values if v is not None), sum(v is None for v in values)

@@ -1,0 +1,186 @@
+"""Doing a plan's missing work: screening runs, the remaining seeds at each chosen point, and the
+evaluations that extend the chosen runs to the full factor range.
+
+The work list is read again from the dataset after every finished piece (``plan.survey``), so a
+block's remaining seeds start as soon as its last screening run is recorded, and the order is the
+plan's: earlier sweeps first, and within a block its seeds and extensions before new screening.
+At most ``jobs`` pieces run at once (in this process when ``jobs`` is 1, else in a pool of
+processes with cores/jobs threads each). Each piece is tried once per invocation: a run that fails
+is recorded as failed (``--retry-failed`` tries it again next time) and an evaluation that fails
+at some length keeps the lengths before it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lengthgen.plans.estimate import format_seconds
+from lengthgen.plans.plan import BlockState, BoardPlan, Work, survey
+from lengthgen.sweeps import failed_frame, record_if_missing, run_one, terminate_workers
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Done:
+    """What the driver learns about a finished piece of work."""
+
+    work: Work
+    status: str  # ok or failed
+    error: str | None
+    seconds: float
+
+
+@dataclass
+class PlanReport:
+    done: list[Done] = field(default_factory=list)
+    remaining: int = 0
+    blocked: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> list[Done]:
+        return [d for d in self.done if d.status != "ok"]
+
+
+def extend_run(out: str, key: str, factors: tuple[int, ...], device: str) -> str | None:
+    """Evaluate a recorded run at more factors, one length at a time (each kept as it completes);
+    returns the error that stopped it, if any."""
+    from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
+
+    run = load_saved_run(Path(out) / "runs" / key)
+    for factor in factors:
+        plan = plan_evaluation(run, max_factor=factor)
+        outcome = run_evaluation(plan, [factor], device_name=device, progress=False)
+        if outcome.error:
+            return f"at {factor}x: {outcome.error}"
+    return None
+
+
+def do_work(work: Work, out: str, device: str, threads: int | None = None) -> Done:
+    """One piece of work, in the driver or in a pool process; never raises for a failing run."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    if work.kind == "extend":
+        try:
+            error = extend_run(out, work.key, work.factors, device)
+        except Exception as exc:  # a model that cannot be loaded: report it, go on with the rest
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return Done(work, "failed" if error else "ok", error, time.perf_counter() - start)
+    outcome, _ = run_one(work.config, out, device)
+    return Done(work, outcome.status, outcome.error, time.perf_counter() - start)
+
+
+def pending_extensions(state: BlockState) -> int:
+    """Evaluations a block will need once its point is chosen (one per seed), not yet listed."""
+    block, screened_to = state.block, state.block.sweep.screen.max_factor
+    if state.chosen is not None or not block.staged or screened_to is None:
+        return 0
+    return len(block.sweep.seeds) if screened_to < block.full_max_factor else 0
+
+
+def remaining(states: list[BlockState]) -> int:
+    """Pieces of work still to do, those that wait for a choice included."""
+    return sum(len(s.work) + s.waiting + pending_extensions(s) for s in states)
+
+
+def _describe(done: Done) -> str:
+    what = {"screen": "screening run", "seed": "run", "extend": "evaluation"}[done.work.kind]
+    factors = f" at {', '.join(f'{f}x' for f in done.work.factors)}" if done.work.factors else ""
+    result = "ok" if done.status == "ok" else f"FAILED: {done.error}"
+    return f"{what} {done.work.key}{factors}: {result} ({format_seconds(done.seconds)})"
+
+
+def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "auto",
+             retry_failed: bool = False, echo: Echo | None = None, progress: bool = True,
+             report: PlanReport | None = None) -> PlanReport:
+    """Do every missing piece of the plan's work under ``out``; ``report`` keeps the counts when a
+    Ctrl-C (KeyboardInterrupt) propagates."""
+    from tqdm.auto import tqdm
+
+    root = str(Path(out).resolve())
+    report = report if report is not None else PlanReport()
+    tried: set[tuple[str, str]] = set()
+    running: dict[Future[Done], Work] = {}
+    pool = None
+    if jobs > 1:
+        import multiprocessing
+
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    threads = max(1, (os.cpu_count() or 1) // jobs) if pool else None
+    bar = tqdm(total=0, desc="plan", unit="piece", dynamic_ncols=True, smoothing=0.1,
+               disable=not (progress and sys.stderr.isatty()))
+    say = bar.write if not bar.disable else (echo or (lambda line: None))
+
+    def finished(done: Done) -> None:
+        report.done.append(done)
+        say(_describe(done))
+        bar.update(1)
+
+    try:
+        while True:
+            states = survey(plan, root, retry_failed=retry_failed)
+            report.remaining = remaining(states)
+            report.blocked = [line for s in states for line in s.blocked]
+            bar.total = len(report.done) + report.remaining
+            bar.refresh()
+            busy = {(w.kind, w.key) for w in running.values()}
+            ready = [w for s in states for w in sorted(s.work, key=_order)
+                     if (w.kind, w.key) not in tried and (w.kind, w.key) not in busy]
+            if pool is None:
+                if not ready:
+                    break
+                tried.add((ready[0].kind, ready[0].key))
+                finished(do_work(ready[0], root, device))
+                continue
+            for work in ready[:jobs - len(running)]:
+                tried.add((work.kind, work.key))
+                running[pool.submit(do_work, work, root, device, threads)] = work
+            if not running:
+                break
+            completed, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for future in completed:
+                work = running.pop(future)
+                try:
+                    finished(future.result())
+                except Exception as exc:  # the worker process died (killed, out of memory)
+                    error = f"worker died: {type(exc).__name__}: {exc}"
+                    if work.kind != "extend":
+                        record_if_missing(work.config, root, failed_frame(work.config, error))
+                    finished(Done(work, "failed", error, 0.0))
+    except BaseException:
+        report.interrupted = True
+        if pool is not None:
+            terminate_workers(pool)
+        raise
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+    return report
+
+
+def _order(work: Work) -> int:
+    """Within a block: remaining seeds first, then extensions, then screening."""
+    return {"seed": 0, "extend": 1, "screen": 2}[work.kind]
+
+
+def summary_lines(report: PlanReport, out: str | Path) -> list[str]:
+    """Lines for the end of a plan's invocation."""
+    ok = len(report.done) - len(report.failed)
+    lines = [f"plan: {ok} pieces of work ok, {len(report.failed)} failed this time; {report.remaining} left"]
+    lines += [f"  failed: {_describe(d)}" for d in report.failed]
+    lines += [f"  cannot: {line}" for line in report.blocked]
+    if report.remaining and not report.interrupted:
+        lines.append("  (left: failed runs are kept as results; --retry-failed tries them again)")
+    lines.append(f"results: {Path(out) / 'data'}")
+    return lines

@@ -1,0 +1,114 @@
+"""What ``lengthgen sweep --plan … --dry-run`` prints: the missing work of each block with its
+estimated CPU time, what waits for a choice, and what cannot be done here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lengthgen.config import RunConfig
+from lengthgen.plans.estimate import Timings, format_seconds, total
+from lengthgen.plans.execute import pending_extensions
+from lengthgen.plans.plan import Block, BlockState, Work, configs_at, extension_factors
+
+
+def point_label(block: Block, config: RunConfig) -> str:
+    """The grid fields of ``config`` (``train.lr=0.001, train.warmup_steps=200``)."""
+    dumped = config.model_dump(mode="json")
+    items = []
+    for key in block.sweep.grid:
+        section, _, name = key.partition(".")
+        items.append(f"{key}={dumped[section][name]}")
+    return ", ".join(items)
+
+
+def work_seconds(work: Work, timings: Timings) -> float | None:
+    if work.kind == "extend":
+        return timings.eval_seconds(work.config, work.factors)
+    train = timings.train_seconds(work.config)
+    test = timings.eval_seconds(work.config, work.config.eval.factors())
+    return None if train is None or test is None else train + test
+
+
+def _waiting_seconds(state: BlockState, timings: Timings) -> list[float | None]:
+    """Estimates for the runs and evaluations a block will need once its point is chosen."""
+    block = state.block
+    template = block.screening[0]
+    out: list[float | None] = []
+    for seed in block.rest_seeds[:state.waiting]:
+        config = template.model_copy(update={"seed": seed})
+        out.append(work_seconds(Work("seed", block.label, config), timings))
+    wanted = extension_factors(template, block.full_max_factor)
+    out.extend(timings.eval_seconds(template, wanted) for _ in range(pending_extensions(state)))
+    return out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
+    lines: list[str] = []
+    estimates: list[float | None] = []
+    runs = evaluations = waiting = 0
+    for state in states:
+        block = state.block
+        if state.chosen is not None:
+            status = f"chosen {point_label(block, _chosen_config(state))}"
+        elif block.staged:
+            done = len(block.screening) - sum(w.kind == "screen" for w in state.work)
+            status = f"screening {done} of {len(block.screening)} recorded"
+        else:
+            status = "one setting"
+        todo = list(state.work)
+        lines.append(f"{block.label} ({status}): "
+                     + (f"{len(todo) + state.waiting + pending_extensions(state)} missing"
+                        if todo or state.waiting or pending_extensions(state) else "complete"))
+        for work in todo:
+            seconds = work_seconds(work, timings)
+            estimates.append(seconds)
+            label = point_label(block, work.config)
+            if work.kind == "extend":
+                evaluations += 1
+                what = f"evaluate at {', '.join(f'{f}x' for f in work.factors)}"
+            else:
+                runs += 1
+                what = "screening run" if work.kind == "screen" else "run"
+            lines.append(f"  {what} {work.key}{f' ({label})' if label else ''}  ~{format_seconds(seconds)}")
+        later = _waiting_seconds(state, timings)
+        if later:
+            known, unknown = total(later)
+            waiting += len(later)
+            seeds = ", ".join(map(str, block.rest_seeds))
+            extensions = _count(pending_extensions(state), "evaluation")
+            lines.append(f"  then {_count(state.waiting, 'run')} (seeds {seeds}) and {extensions} to "
+                         f"{block.full_max_factor}x at the chosen point  "
+                         f"~{format_seconds(known if not unknown else None)}")
+            estimates.extend(later)
+        lines.extend(f"  cannot: {line}" for line in state.blocked)
+    known, unknown = total(estimates)
+    if not estimates:
+        lines.append("nothing missing: every run of the plan is recorded")
+    else:
+        lines.append(f"missing: {runs} runs and {evaluations} evaluations now, {waiting} more after a "
+                     f"choice; estimated CPU time {format_seconds(known)}"
+                     + (f" + {unknown} without a comparable recorded run" if unknown else ""))
+    return lines
+
+
+def _chosen_config(state: BlockState) -> RunConfig:
+    assert state.chosen is not None
+    return configs_at(state.block, state.chosen, state.block.sweep.seeds[:1])[0]
+
+
+def missing_run_lines(configs: Sequence[RunConfig], out: str, timings: Timings,
+                      retry_failed: bool = False) -> list[str]:
+    """``--dry-run`` of a plain sweep: each missing run with its estimated CPU time."""
+    from lengthgen.sweeps import plan, run_key
+
+    todo = plan(configs, out, retry_failed=retry_failed).todo
+    estimates = [work_seconds(Work("screen", "", config), timings) for config in todo]
+    lines = [f"run {run_key(c)}  ~{format_seconds(e)}" for c, e in zip(todo, estimates, strict=True)]
+    known, unknown = total(estimates)
+    lines.append(f"missing: {len(todo)} of {len(configs)} runs; estimated CPU time {format_seconds(known)}"
+                 + (f" + {unknown} without a comparable recorded run" if unknown else ""))
+    return lines

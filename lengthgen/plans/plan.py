@@ -1,0 +1,308 @@
+"""The leaderboard's recipe: a plan file that lists every sweep a published board is made of.
+
+A plan (TOML, see ``docs/sweeps.md``) names, per sweep, the tasks, backends, position schemes,
+seeds, preset, fixed settings and a grid. A grid is run in two stages:
+
+1. **Screening.** Every grid point runs on the screening seeds (default: the first seed), tested
+   only up to ``screen.max_factor`` when given: selection needs validation scores, which every
+   run records, not test scores at long lengths.
+2. **The chosen point.** Per (task, backend, position scheme), once all its screening runs are
+   recorded, the leaderboard's selection rule (``selection.select_settings``: best mean
+   in-distribution validation exact match over the seeds every setting ran) picks one point; the
+   remaining seeds run there, and every run of that point is then evaluated up to the preset's
+   ``max_factor`` (``lengthgen eval`` semantics, one length at a time so an interruption keeps
+   what is done).
+
+What is done is read from the results dataset alone (``DIR/data``), so running a plan again does
+exactly the work that is missing. A sweep without a grid is one stage: every seed at the preset.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from lengthgen import limits
+from lengthgen.config import RunConfig, validation_message
+from lengthgen.errors import UserError
+from lengthgen.sweeps import SweepSpec, data_path, run_key, run_state
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class Screen(_Frozen):
+    """How a grid is screened before the remaining seeds run at the chosen point."""
+
+    seeds: tuple[int, ...] | None = Field(None, description="screening seeds (default: the first seed)")
+    max_factor: int | None = Field(None, ge=1, description="test screening runs only up to this factor")
+
+
+class PlanSweep(_Frozen):
+    """One sweep of the plan, spelled as ``lengthgen sweep`` flags are (``set``, ``grid``, ``param``)."""
+
+    name: str = Field(min_length=1)
+    task: tuple[str, ...] = Field(min_length=1)
+    attn: tuple[str, ...] = Field(min_length=1)
+    pos: tuple[str, ...] = ("nape",)
+    preset: str = "quick"
+    seeds: tuple[int, ...] = (0,)
+    set: dict[str, Any] = Field(default_factory=dict, description="SECTION.FIELD = value for every run")
+    grid: dict[str, tuple[Any, ...]] = Field(default_factory=dict, description="SECTION.FIELD = [values]")
+    param: dict[str, Any] = Field(default_factory=dict, description="task parameters")
+    attn_option: dict[str, Any] = Field(default_factory=dict, description="backend options")
+    screen: Screen = Screen()
+
+    @field_validator("task", "attn", "pos", "seeds")
+    @classmethod
+    def _distinct(cls, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        if len(set(values)) != len(values):
+            raise ValueError(f"lists a value twice: {', '.join(map(str, values))}")
+        return values
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PlanSweep:
+        for key, values in self.grid.items():
+            texts = [json.dumps(v, sort_keys=True) for v in values]
+            if len(values) < 2 or len(set(texts)) != len(texts):
+                raise ValueError(f"grid {key} needs two or more distinct values, got {texts}")
+            if key in self.set:
+                raise ValueError(f"{key} is both in set and in grid")
+        if not self.grid and self.screen != Screen():
+            raise ValueError("screen needs a grid to screen")
+        if not set(self.screening_seeds()) <= set(self.seeds):
+            raise ValueError(f"screen.seeds {list(self.screening_seeds())} are not all in seeds")
+        return self
+
+    def screening_seeds(self) -> tuple[int, ...]:
+        return self.screen.seeds if self.screen.seeds is not None else self.seeds[:1]
+
+    def spec(self, seeds: Sequence[int], *, grid: bool, screening: bool,
+             point: Mapping[str, Any] | None = None) -> SweepSpec:
+        """The ``SweepSpec`` of a part of this sweep: the whole grid (``grid``), or one ``point``."""
+        overrides = {**self.set, **(point or {})}
+        if screening and self.screen.max_factor is not None:
+            overrides["eval.max_factor"] = self.screen.max_factor
+        return SweepSpec(tasks=self.task, attns=self.attn, positions=self.pos, seeds=tuple(seeds),
+                         preset=self.preset, task_params=dict(self.param), overrides=overrides,
+                         grid=dict(self.grid) if grid else {}, attn_options=dict(self.attn_option))
+
+    def points(self) -> list[dict[str, Any]]:
+        return self.spec((0,), grid=True, screening=False).points()
+
+
+class BoardPlan(_Frozen):
+    """A plan file: the board's title, hardware note, ablation folder and sweeps."""
+
+    title: str = "lengthgen leaderboard"
+    hardware: str | None = None
+    ablations: str | None = Field(None, description="folder of ablation sweeps, relative to the plan file")
+    sweep: tuple[PlanSweep, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> BoardPlan:
+        names = [s.name for s in self.sweep]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two sweeps share a name: {', '.join(names)}")
+        return self
+
+
+def load_plan(path: str | Path) -> BoardPlan:
+    """Read and check a plan file; every problem is a one-line ``UserError``."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"--plan {path}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"--plan {path}: not a valid TOML file ({exc})") from None
+    try:
+        return BoardPlan.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(validation_message(exc, f"--plan {path}")) from None
+
+
+def ablations_dir(plan: BoardPlan, plan_path: str | Path) -> Path | None:
+    return None if plan.ablations is None else Path(plan_path).parent / plan.ablations
+
+
+# -- what the plan consists of ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Block:
+    """One (task, backend, position scheme) of a plan sweep: its grid points on the screening seeds,
+    and the seeds left to run at the chosen point."""
+
+    sweep: PlanSweep
+    task: str
+    attn: str
+    pos: str
+    screening: tuple[RunConfig, ...]  # every grid point × screening seed (all seeds without a grid)
+    rest_seeds: tuple[int, ...]
+    full_max_factor: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.sweep.name}: {self.task}/{self.attn}/{self.pos}"
+
+    @property
+    def staged(self) -> bool:
+        return bool(self.sweep.grid)
+
+
+def blocks(plan: BoardPlan) -> list[Block]:
+    """Every block of the plan, in file order; the configs are built (and so checked) here."""
+    limits.check_at_most("runs in the plan", sum(
+        len(s.task) * len(s.attn) * len(s.pos) * len(s.seeds) * math.prod(len(v) for v in s.grid.values())
+        for s in plan.sweep), limits.MAX_RUNS)
+    out = []
+    seen: dict[str, str] = {}
+    for sweep in plan.sweep:
+        screening_seeds = sweep.screening_seeds() if sweep.grid else sweep.seeds
+        rest = tuple(s for s in sweep.seeds if s not in screening_seeds)
+        configs = sweep.spec(screening_seeds, grid=True, screening=True).configs()
+        full = sweep.spec(sweep.seeds[:1], grid=False, screening=False).configs()
+        per_block = len(configs) // (len(sweep.task) * len(sweep.attn) * len(sweep.pos))
+        for index, (task, attn, pos) in enumerate(
+                (t, a, p) for t in sweep.task for a in sweep.attn for p in sweep.pos):
+            mine = tuple(configs[index * per_block:(index + 1) * per_block])
+            for config in mine:
+                key = run_key(config)
+                if key in seen:
+                    raise UserError(f"plan sweeps {seen[key]!r} and {sweep.name!r} both make run {key}")
+                seen[key] = sweep.name
+            out.append(Block(sweep, task, attn, pos, mine, rest, full[index].eval.max_factor))
+    return out
+
+
+# -- where the plan stands -----------------------------------------------------------------------------
+WorkKind = Literal["screen", "seed", "extend"]
+
+
+@dataclass(frozen=True)
+class Work:
+    """One piece of missing work: train a screening run of a grid (``screen``) or any other run
+    (``seed``), or extend a recorded run's evaluation to more factors (``extend``)."""
+
+    kind: WorkKind
+    block: str
+    config: RunConfig
+    factors: tuple[int, ...] = ()  # extend: the factors still to evaluate
+
+    @property
+    def key(self) -> str:
+        return run_key(self.config)
+
+
+@dataclass
+class BlockState:
+    block: Block
+    chosen: dict[str, Any] | None = None  # the chosen grid point (None: not decided yet)
+    work: list[Work] = field(default_factory=list)
+    waiting: int = 0  # runs that wait for the choice (seeds at the chosen point)
+    blocked: list[str] = field(default_factory=list)  # work that cannot be done here, and why
+    board: list[str] = field(default_factory=list)  # run keys the board shows (recorded ones)
+
+
+def _ok_factors(path: Path) -> set[int]:
+    """Factors with an ok row of the training task (no evaluation variant) in a data file."""
+    try:
+        rows = pd.read_parquet(path, columns=["factor", "status", "eval_variant"])
+    except Exception:  # unreadable: run_state already calls such a run missing
+        return set()
+    variant = rows["eval_variant"].fillna("").astype(str)
+    ok = rows[(rows["status"] == "ok") & (variant == "") & rows["factor"].notna()]
+    return {int(f) for f in ok["factor"]}
+
+
+def _choose(block: Block, out: Path) -> dict[str, Any] | None:
+    """The grid point the selection rule picks from the block's screening runs (all recorded)."""
+    from lengthgen.leaderboard.rows import load_rows, prepared, runs, setting_of
+    from lengthgen.leaderboard.selection import select_settings
+
+    frames = [load_rows(data_path(out, run_key(c))) for c in block.screening]
+    table = runs(prepared(pd.concat(frames, ignore_index=True)))
+    winner = select_settings(table)[(block.task, block.attn, block.pos)].ranked[0].setting
+    seed = block.screening[0].seed
+    for point in block.sweep.points():
+        if setting_of(configs_at(block, point, (seed,))[0].canonical_json()) == winner:
+            return point
+    raise AssertionError(f"{block.label}: the selected setting {winner} is no grid point")
+
+
+def configs_at(block: Block, point: Mapping[str, Any], seeds: Sequence[int]) -> list[RunConfig]:
+    """The block's runs at one grid point for ``seeds`` (tested up to the screening factor)."""
+    spec = block.sweep.spec(seeds, grid=False, screening=True, point=point)
+    return [c for c in spec.configs() if (c.task, c.attn, c.pos) == (block.task, block.attn, block.pos)]
+
+
+def survey(plan: BoardPlan, out: str | Path, retry_failed: bool = False) -> list[BlockState]:
+    """What each block has recorded under ``out`` and what it still needs, in plan order."""
+    root = Path(out)
+    states = []
+    for block in blocks(plan):
+        state = BlockState(block)
+        recorded = {}
+        for config in block.screening:
+            key = run_key(config)
+            recorded[key] = run_state(data_path(root, key))
+            if recorded[key] == "missing" or (recorded[key] == "failed" and retry_failed):
+                state.work.append(Work("screen" if block.staged else "seed", block.label, config))
+        if not block.staged:
+            board = list(block.screening)
+        elif state.work:
+            state.waiting = len(block.rest_seeds)
+            states.append(state)
+            continue
+        else:
+            state.chosen = _choose(block, root)
+            board = configs_at(block, state.chosen, block.sweep.seeds)
+        for config in board:
+            key = run_key(config)
+            status = run_state(data_path(root, key))
+            if status == "missing" or (status == "failed" and retry_failed):
+                if config.seed in block.rest_seeds:
+                    state.work.append(Work("seed", block.label, config))
+                continue
+            state.board.append(key)
+            if status == "failed":
+                continue
+            wanted = extension_factors(config, block.full_max_factor)
+            missing = tuple(f for f in wanted if f not in _ok_factors(data_path(root, key)))
+            if missing and not (root / "runs" / key / "model.pt").is_file():
+                at = ", ".join(f"{f}x" for f in missing)
+                state.blocked.append(f"{key}: no runs/{key}/model.pt to evaluate at {at}; "
+                                     "retrain it (delete its data file)")
+            elif missing:
+                state.work.append(Work("extend", block.label, config, missing))
+        states.append(state)
+    return states
+
+
+def extension_factors(config: RunConfig, full_max_factor: int) -> tuple[int, ...]:
+    """The factors past the run's own ``max_factor`` up to the full one."""
+    return tuple(2**k for k in range(full_max_factor.bit_length())
+                 if config.eval.max_factor < 2**k <= full_max_factor)
+
+
+def board_run_ids(plan: BoardPlan, out: str | Path) -> set[str]:
+    """The recorded runs the board is made of: every screening run, and the runs at each chosen
+    point (the leaderboard shows the screening runs that lost as runner-up settings)."""
+    keys: set[str] = set()
+    for state in survey(plan, out):
+        keys.update(run_key(c) for c in state.block.screening)
+        keys.update(state.board)
+    return keys
