@@ -540,7 +540,7 @@ def _load_rows(results: str) -> Any:
 def leaderboard_command(
     results: str = typer.Argument(..., help="Sweep folder (its data/ is read) or results folder/file."),
     out: str = typer.Option(..., "--out", help="Folder for README.md, leaderboard.csv/.html and plots/."),
-    title: str = typer.Option("lengthgen leaderboard", "--title"),
+    title: str | None = typer.Option(None, "--title", help="Page title [default: lengthgen leaderboard]."),
     hardware: str | None = typer.Option(None, "--hardware", help="Hardware note for the README."),
     commit: str | None = typer.Option(
         None, "--commit", envvar="LENGTHGEN_COMMIT",
@@ -548,18 +548,40 @@ def leaderboard_command(
     ablations: str | None = typer.Option(
         None, "--ablations", help="Folder of ablation sweeps (each with ABOUT.md) to publish as "
                                   "'What changes the result'."),
+    plan_file: str | None = typer.Option(
+        None, "--plan", help="The board's plan (TOML): show exactly its runs; title, hardware and "
+                             "ablations come from it."),
 ) -> None:
     """Tables (mean and 95% CI over seeds, learned seeds, selected settings, paper rows) and plots."""
-    from lengthgen.leaderboard import write_leaderboard
+    from lengthgen.leaderboard import DEFAULT_TITLE, write_leaderboard
     from lengthgen.leaderboard.ablations import load_ablations
 
     out_dir = folder_for_writing(out, "--out")
     rows = _load_rows(results)
+    if plan_file is not None:
+        from lengthgen.plans.plan import ablations_dir, board_run_ids, load_plan, rule_text
+
+        given = [flag for flag, value in (("--title", title), ("--hardware", hardware),
+                                          ("--ablations", ablations)) if value is not None]
+        if given:
+            raise UserError(f"--plan sets {', '.join(given)} itself; drop it (edit the plan file instead)")
+        plan = load_plan(plan_file)
+        rows = rows[rows["run_id"].isin(board_run_ids(plan, results))]
+        if rows.empty:
+            raise UserError(f"none of the runs of plan {plan_file} is recorded under {results!r}; "
+                            f"run: lengthgen sweep --plan {plan_file} --out {results}")
+        title, hardware = plan.title, plan.hardware
+        folder = ablations_dir(plan, plan_file)
+        ablations = None if folder is None else str(folder)
+        rule = rule_text(plan)
+    else:
+        rule = None
     if ablations is not None:
         load_ablations(ablations)  # checked before anything is written
     with new_folder(out_dir):
-        written = write_leaderboard(rows, out_dir, title=title, source=results, hardware=hardware,
-                                    commit=commit, ablations=ablations)
+        written = write_leaderboard(rows, out_dir, title=title or DEFAULT_TITLE, source=results,
+                                    hardware=hardware, commit=commit, ablations=ablations, plan=plan_file,
+                                    plan_rule=rule)
     for path in written:
         typer.echo(str(path))
 
