@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from lengthgen import limits
+from lengthgen import limits, provenance
 from lengthgen.config import RunConfig, build_run_config, combine_overrides, flag_overrides, parse_value
 from lengthgen.errors import UserError
 from lengthgen.files import new_folder
@@ -175,8 +175,8 @@ def failed_frame(config: RunConfig, exc: BaseException | str) -> pd.DataFrame:
         "run_id": run_key(config), "task": config.task, "attn": config.attn, "pos": config.pos,
         "seed": config.seed, "preset": config.preset, "train_length": config.train.train_length,
         "steps": config.train.steps, "selection": config.train.selection,
-        "lengthgen_version": lengthgen.__version__, "config_hash": config.config_hash(),
-        "config_json": config.canonical_json(), "status": "failed",
+        "lengthgen_version": lengthgen.__version__, **provenance.software(),
+        "config_hash": config.config_hash(), "config_json": config.canonical_json(), "status": "failed",
         "error": (error.splitlines() or ["unknown error"])[0],
     }])
 

@@ -5,7 +5,6 @@ independent of row order), and the ``leaderboard``/``plot`` commands."""
 from __future__ import annotations
 
 import io
-
 import math
 from pathlib import Path
 
@@ -191,7 +190,8 @@ def test_effective_length_summary_table() -> None:
     rows = pd.concat([make_rows(ROWS), sort], ignore_index=True)
     table = effective_table(summarize(rows))
     # each task's column names the preset and the number of seeds behind its cells
-    assert [h.text for h in table.headers] == ["backend", "pos", "copy (quick, 3 seeds)", "sort (quick, 1 seed)"]
+    assert [h.text for h in table.headers] == ["backend", "pos", "copy (quick, 3 seeds)",
+                                               "sort (quick, 1 seed)"]
     assert [texts(r) for r in table.rows] == [["asentmax", "nape", "4×", ""],
                                               ["softmax", "nape", "1×", "≥ 2×"]]
     paper_softmax = next(r for r in table.pinned if texts(r)[0] == f"{PAPER_LABEL}: softmax")

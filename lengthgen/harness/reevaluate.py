@@ -27,6 +27,7 @@ import torch
 from pydantic import ValidationError
 
 import lengthgen
+from lengthgen import provenance
 from lengthgen.config import RunConfig, build_run_config, dotted, parse_value, validation_message
 from lengthgen.errors import UserError, UserNotice
 from lengthgen.harness.evaluate import evaluate_length
@@ -240,7 +241,7 @@ def _identity(run: SavedRun, device: torch.device, params: int) -> dict[str, Any
         row = {k: v for k, v in base_row(run.config, device).items() if k in RUN_COLUMNS}
         row["params"] = params
     return {**row, "device": device.type, "lengthgen_version": lengthgen.__version__,
-            "torch_version": torch.__version__,
+            "torch_version": torch.__version__, **provenance.software(),
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 

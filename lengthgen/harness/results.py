@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from lengthgen import provenance
 from lengthgen.errors import UserNotice
 from lengthgen.files import atomic_write
 
@@ -24,7 +25,7 @@ COLUMNS: tuple[str, ...] = (
     "n_samples", "exact_match", "exact_match_lo", "exact_match_hi", "token_accuracy",
     "attn_entropy", "attn_support", "steps", "best_step", "selection", "val_exact_id", "val_exact_8x",
     "params", "train_seconds", "eval_seconds", "device", "lengthgen_version", "torch_version", "config_hash",
-    "config_json", "created_at", "status", "error", "eval_variant",
+    "config_json", "created_at", "status", "error", "eval_variant", *provenance.COLUMNS,
 )
 
 #: Columns without which a file is not a lengthgen results file (older files lack later columns,

@@ -36,7 +36,7 @@ from lengthgen.leaderboard.reproduce import (
     sweep_commands,
 )
 from lengthgen.leaderboard.selection import PREDATES
-from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD
+from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
 from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
 from lengthgen.leaderboard.tables import csv_bytes, markdown
 from lengthgen.leaderboard.views import comparison_table, effective_table, protocol_table, task_table
@@ -197,7 +197,8 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
         sections.append(html_page.Section(f"task-{task}", task, tuple(blocks)))
     protocol = protocol_table(rows)
     env = [f"device: {_values(rows['device'])}" + (f"; hardware: {hardware}" if hardware else ""),
-           f"lengthgen {_values(rows['lengthgen_version'])}, torch {_values(rows['torch_version'])}",
+           f"lengthgen {_values(rows['lengthgen_version'])}, torch {_values(rows['torch_version'])}; "
+           + _code_line(rows),
            "evaluation: a fixed test set per (task, length), independent of the training seed (paired); "
            "checkpoint selection as in the table (`id` = in-distribution validation, `8x` = at 8×)."]
     steps = [*sweep_commands(rows, source), *eval_commands(rows, source)]
@@ -232,6 +233,20 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
         summary="<h2>Effective length per task and backend</h2>\n" + html_page.html_table(effective),
     ).encode()
     return Rendered(files)
+
+
+def _code_line(rows: pd.DataFrame) -> str:
+    """Which code made the rows: commits (with local changes or not) and numerics versions."""
+    runs = rows.drop_duplicates("run_id")
+    pairs = zip(runs["git_commit"], runs["git_dirty"], strict=True)
+    commits = sorted({c[:10] + (" + local changes" if not is_missing(d) and bool(d) else "")
+                      for c, d in pairs if isinstance(c, str)})
+    unrecorded = int(runs["git_commit"].isna().sum())
+    versions = _values(runs["numerics_version"].dropna().astype(int))
+    parts = [f"code: commit {', '.join(commits)}" if commits else "code: commit not recorded"]
+    if commits and unrecorded:
+        parts.append(f"not recorded for {unrecorded} runs")
+    return "; ".join(parts) + f"; numerics version {versions}"
 
 
 def _values(series: pd.Series) -> str:
