@@ -22,7 +22,8 @@ from typing import Any
 NUMERICS_VERSION = 2
 
 #: The result columns this module fills, in their order.
-COLUMNS: tuple[str, ...] = ("numpy_version", "numba_version", "git_commit", "git_dirty", "numerics_version")
+COLUMNS: tuple[str, ...] = ("numpy_version", "numba_version", "git_commit", "git_dirty", "numerics_version",
+                            "torch_threads")
 
 
 def _git(folder: Path, *args: str) -> str | None:
@@ -46,9 +47,16 @@ def checkout() -> tuple[str | None, bool | None]:
     return commit or None, None if status is None else bool(status)
 
 
-@functools.cache
 def software() -> dict[str, Any]:
-    """The provenance columns of a row made by this process."""
+    """The provenance columns of a row made by this process now (the thread count can change, and
+    a sum split over another number of threads may round differently)."""
+    import torch
+
+    return {**_libraries(), "torch_threads": torch.get_num_threads()}
+
+
+@functools.cache
+def _libraries() -> dict[str, Any]:
     import numpy
 
     try:

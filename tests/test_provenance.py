@@ -9,6 +9,7 @@ from pathlib import Path
 import numba
 import numpy
 import pytest
+import torch
 
 from lengthgen import provenance
 from lengthgen.config import build_run_config
@@ -47,6 +48,7 @@ def test_a_run_records_the_code_that_made_it(tmp_path: Path, in_checkout: None) 
     assert set(rows["numpy_version"]) == {numpy.__version__}
     assert set(rows["numba_version"]) == {numba.__version__}
     assert set(rows["git_dirty"]) == {provenance.checkout()[1]}
+    assert set(rows["torch_threads"]) == {torch.get_num_threads()}
 
 
 def test_outside_a_checkout_nothing_is_made_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
