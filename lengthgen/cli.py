@@ -615,6 +615,31 @@ def plot_command(
     with new_folder(target.parent):
         typer.echo(str(draw(rows, task_name, target)))
 
+@app.command("verify")
+def verify_command(
+    path: str = typer.Argument(..., help="A run folder, sweep folder (its data/) or results file."),
+    sample: int | None = typer.Option(None, "--sample", help="Re-derive this many runs, drawn at random "
+                                                              "with --seed [default: all]."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sampler."),
+    device: Device = typer.Option(Device.cpu, "--device"),
+) -> None:
+    """Retrain runs from their recorded configs and compare every row; exit 1 on any difference."""
+    from lengthgen.harness import verify
+
+    if sample is not None and sample < 1:
+        raise UserError(f"--sample must be at least 1, got {sample}")
+    runs = verify.published_runs(path)
+    _check_run_environment(device, None)
+    typer.echo(f"verify: re-deriving {min(sample or len(runs), len(runs))} of {len(runs)} runs under {path}",
+               err=True)
+    checks = verify.verify(path, sample=sample, seed=seed, device=device.value, echo=typer.echo)
+    report = verify.write_report(path, checks, len(runs))
+    bad = [c for c in checks if not c.ok]
+    typer.echo(f"verify: {len(checks) - len(bad)} of {len(checks)} runs re-derived identically; "
+               f"report: {report}", err=True)
+    if bad:
+        raise typer.Exit(code=1)
+
 
 def main() -> None:
     """The ``lengthgen`` script: warnings meant for users print as one line."""

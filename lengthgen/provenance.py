@@ -23,7 +23,7 @@ NUMERICS_VERSION = 2
 
 #: The result columns this module fills, in their order.
 COLUMNS: tuple[str, ...] = ("numpy_version", "numba_version", "git_commit", "git_dirty", "numerics_version",
-                            "torch_threads")
+                            "torch_threads", "cpu")
 
 
 def _git(folder: Path, *args: str) -> str | None:
@@ -52,7 +52,7 @@ def software() -> dict[str, Any]:
     a sum split over another number of threads may round differently)."""
     import torch
 
-    return {**_libraries(), "torch_threads": torch.get_num_threads()}
+    return {**_libraries(), "torch_threads": torch.get_num_threads(), "cpu": cpu()}
 
 
 @functools.cache
@@ -68,3 +68,20 @@ def _libraries() -> dict[str, Any]:
     commit, dirty = checkout()
     return {"numpy_version": numpy.__version__, "numba_version": numba_version, "git_commit": commit,
             "git_dirty": dirty, "numerics_version": NUMERICS_VERSION}
+
+
+@functools.cache
+def cpu() -> str:
+    """The processor's model name (another processor may pick other BLAS kernels, which round
+    differently), with the architecture."""
+    import platform
+
+    name = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.lower().startswith("model name"):
+                name = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return " ".join(part for part in (platform.machine(), name or platform.processor()) if part)

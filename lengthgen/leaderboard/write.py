@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from lengthgen.files import atomic_write
+from lengthgen.harness.verify import read_report
 from lengthgen.leaderboard import page as html_page
 from lengthgen.leaderboard.ablations import Ablation, ablation_table
 from lengthgen.leaderboard.paper import (
@@ -39,6 +40,7 @@ from lengthgen.leaderboard.selection import PREDATES
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
 from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
 from lengthgen.leaderboard.tables import csv_bytes, markdown
+from lengthgen.leaderboard.verified import verification_line
 from lengthgen.leaderboard.views import comparison_table, effective_table, protocol_table, task_table
 
 DEFAULT_TITLE = "lengthgen leaderboard"
@@ -153,7 +155,7 @@ def _ablation_html(ablation: Ablation) -> list[str]:
 def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR", out_name: str = "OUT",
            hardware: str | None = None, commit: str = UNKNOWN_COMMIT, data_link: str = "data/",
            ablations: Sequence[Ablation] = (), ablations_source: str | None = None,
-           plan: str | None = None, plan_rule: str | None = None) -> Rendered:
+           plan: str | None = None, plan_rule: str | None = None, verified: str | None = None) -> Rendered:
     """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows (and the ablations).
 
     With ``plan`` (the plan file's path) the Reproduce section starts with the two commands that
@@ -164,7 +166,7 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     tasks = sorted(rows["task"].dropna().unique())
     files: dict[str, bytes] = {}
     meta = (f"Data as of {data_date(rows)} (newest run), data commit {commit}; {len(rows)} result rows, "
-            f"{rows['run_id'].nunique()} runs")
+            f"{rows['run_id'].nunique()} runs" + (f"; {verified}" if verified else ""))
     literal = (f"**Settings from the plan** (`{plan}`): {plan_rule}".replace("{", "{{").replace("}", "}}")
                if plan and plan_rule else None)
     intro = _intro() + ([literal] if literal else [])  # the intro's lines are format templates
@@ -267,8 +269,9 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
     data = Path(source) / "data" if (Path(source) / "data").is_dir() else Path(source)
     link = os.path.relpath(data, out).replace(os.sep, "/") + ("/" if data.is_dir() else "")
     found = load_ablations(ablations) if ablations is not None else []
+    verified = verification_line(read_report(source), rows["run_id"].dropna().astype(str))
     rendered = render(rows, title=title, source=source, out_name=str(out), hardware=hardware,
                       commit=commit if commit is not None else data_commit(data), data_link=link,
                       ablations=found, ablations_source=None if ablations is None else str(ablations),
-                      plan=plan, plan_rule=plan_rule)
+                      plan=plan, plan_rule=plan_rule, verified=verified)
     return [atomic_write(Path(out) / name, content) for name, content in sorted(rendered.files.items())]
