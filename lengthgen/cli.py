@@ -551,6 +551,8 @@ def leaderboard_command(
     plan_file: str | None = typer.Option(
         None, "--plan", help="The board's plan (TOML): show exactly its runs; title, hardware and "
                              "ablations come from it."),
+    latex: bool = typer.Option(False, "--latex", help="Also write latex/TASK.tex (booktabs) and the "
+                                                      "figures as PDF, for papers."),
 ) -> None:
     """Tables (mean and 95% CI over seeds, learned seeds, selected settings, paper rows) and plots."""
     from lengthgen.leaderboard import DEFAULT_TITLE, write_leaderboard
@@ -581,7 +583,7 @@ def leaderboard_command(
     with new_folder(out_dir):
         written = write_leaderboard(rows, out_dir, title=title or DEFAULT_TITLE, source=results,
                                     hardware=hardware, commit=commit, ablations=ablations, plan=plan_file,
-                                    plan_rule=rule)
+                                    plan_rule=rule, latex=latex)
     for path in written:
         typer.echo(str(path))
 

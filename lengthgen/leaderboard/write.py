@@ -21,6 +21,7 @@ from lengthgen.files import atomic_write
 from lengthgen.harness.verify import read_report
 from lengthgen.leaderboard import page as html_page
 from lengthgen.leaderboard.ablations import Ablation, ablation_table
+from lengthgen.leaderboard.latex import latex_table
 from lengthgen.leaderboard.paper import (
     PAPER_LABEL,
     PAPER_SELECTION_LEVEL,
@@ -41,7 +42,7 @@ from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, 
 from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
 from lengthgen.leaderboard.tables import csv_bytes, markdown
 from lengthgen.leaderboard.verified import verification_line
-from lengthgen.leaderboard.views import comparison_table, effective_table, protocol_table, task_table
+from lengthgen.leaderboard.views import comparison_table, effective_table, ours, protocol_table, task_table
 
 DEFAULT_TITLE = "lengthgen leaderboard"
 UNKNOWN_COMMIT = "unknown"
@@ -155,7 +156,8 @@ def _ablation_html(ablation: Ablation) -> list[str]:
 def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR", out_name: str = "OUT",
            hardware: str | None = None, commit: str = UNKNOWN_COMMIT, data_link: str = "data/",
            ablations: Sequence[Ablation] = (), ablations_source: str | None = None,
-           plan: str | None = None, plan_rule: str | None = None, verified: str | None = None) -> Rendered:
+           plan: str | None = None, plan_rule: str | None = None, verified: str | None = None,
+           latex: bool = False) -> Rendered:
     """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows (and the ablations).
 
     With ``plan`` (the plan file's path) the Reproduce section starts with the two commands that
@@ -183,6 +185,12 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
         disp = plot_dispersion(rows, task, io.BytesIO(), summary=summary, fmt="svg").getvalue()
         files[f"plots/{task}_exact_match.svg"] = exact
         files[f"plots/{task}_dispersion.svg"] = disp
+        if latex:  # for papers: a booktabs table and the figures as PDF
+            files[f"latex/{task}.tex"] = latex_table(summary, task, {**ours(rows, task), "preset": _values(
+                rows.loc[rows["task"] == task, "preset"])}).encode()
+            for kind, plot in (("exact_match", plot_exact_match), ("dispersion", plot_dispersion)):
+                files[f"plots/{task}_{kind}.pdf"] = plot(rows, task, io.BytesIO(), summary=summary,
+                                                         fmt="pdf").getvalue()
         table = task_table(summary, task)
         compare = comparison_table(rows, task)
         md += [f"## {task}", "", markdown(table), ""]
@@ -259,7 +267,7 @@ def _values(series: pd.Series) -> str:
 def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title: str = DEFAULT_TITLE,
                       source: str = "DIR", hardware: str | None = None, commit: str | None = None,
                       ablations: str | os.PathLike[str] | None = None, plan: str | None = None,
-                      plan_rule: str | None = None) -> list[Path]:
+                      plan_rule: str | None = None, latex: bool = False) -> list[Path]:
     """Render and write every output under ``out`` (atomically, file by file); returns the paths.
 
     ``commit`` defaults to the last git commit of the data under ``source``; ``ablations`` is a
@@ -273,5 +281,5 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
     rendered = render(rows, title=title, source=source, out_name=str(out), hardware=hardware,
                       commit=commit if commit is not None else data_commit(data), data_link=link,
                       ablations=found, ablations_source=None if ablations is None else str(ablations),
-                      plan=plan, plan_rule=plan_rule, verified=verified)
+                      plan=plan, plan_rule=plan_rule, verified=verified, latex=latex)
     return [atomic_write(Path(out) / name, content) for name, content in sorted(rendered.files.items())]
