@@ -24,7 +24,7 @@ def _text(path: Any, flag: str) -> str:
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:
-        shown = path.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
         raise UserError(f"{flag} {shown}: the path is not valid UTF-8; rename it or choose another") from None
     return path
 

@@ -92,8 +92,10 @@ def length_row(result: LengthResult) -> dict[str, Any]:
 
 
 def plot_run(frame: pd.DataFrame, config: RunConfig, run_dir: Path) -> None:
-    if (frame["status"] == "ok").any():
-        plot_accuracy_vs_length(frame[frame["eval_variant"] == ""], run_dir / "accuracy_vs_length.png",
+    """``accuracy_vs_length.png`` of the training task's rows (none yet: no figure)."""
+    training = frame[frame["eval_variant"] == ""]
+    if (training["status"] == "ok").any():
+        plot_accuracy_vs_length(training, run_dir / "accuracy_vs_length.png",
                                 title=f"{config.task}: {config.attn} ({config.pos}), seed {config.seed}")
 
 
