@@ -46,16 +46,34 @@ def _fallback(exc: UnicodeError) -> tuple[bytes, int]:
 
 codecs.register_error(ERRORS, _fallback)
 
+#: ASCII under another name: click replaces a stream whose encoding is called ASCII by a UTF-8 one,
+#: which would write bytes an ASCII terminal cannot show; under this name it writes ASCII.
+ASCII_CODEC = "lengthgen_ascii"
+
+
+def _search(name: str) -> codecs.CodecInfo | None:
+    if name != ASCII_CODEC:
+        return None
+    ascii_info = codecs.lookup("ascii")
+    return codecs.CodecInfo(ascii_info.encode, ascii_info.decode, ascii_info.streamreader,
+                            ascii_info.streamwriter, ascii_info.incrementalencoder,
+                            ascii_info.incrementaldecoder, name=ASCII_CODEC)
+
+
+codecs.register(_search)
+
 
 def safe_streams(*streams: TextIO) -> None:
     """Make ``streams`` (default: stdout and stderr) spell what they cannot encode."""
     for stream in streams or (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            try:
-                reconfigure(errors=ERRORS)
-            except (ValueError, OSError):  # a closed or detached stream: leave it
-                pass
+        if reconfigure is None:
+            continue
+        try:
+            ascii_only = codecs.lookup(stream.encoding or "ascii").name == "ascii"
+            reconfigure(errors=ERRORS, **({"encoding": ASCII_CODEC} if ascii_only else {}))
+        except (ValueError, OSError, LookupError):  # a closed or detached stream: leave it
+            pass
 
 
 def one_line(text: str) -> str:
