@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -157,6 +158,10 @@ def test_a_broken_run_of_a_sweep_is_skipped(tmp_path: Path) -> None:
         assert sorted(pd.read_parquet(run / "results.parquet")["factor"]) == [1, 2, 4]
         assert sorted(pd.read_parquet(sweep / "data" / f"{run.name}.parquet")["factor"]) == [1, 2, 4]
     assert sorted(pd.read_parquet(runs[0] / "results.parquet")["factor"]) == [1, 2]
+    for run in runs:  # nothing usable left: exit 2
+        (run / "model.pt").unlink()
+    with pytest.warns(UserNotice):
+        one_line_exit_2(evaluate(str(sweep), "--max-factor", "8"), "no trained runs under")
 
 
 # -- row 9: writers of one run's rows merge under its lock ----------------------------------------
@@ -209,6 +214,22 @@ def test_ctrl_c_during_eval_keeps_the_lengths_done(run_dir: Path, monkeypatch: p
     assert result.exit_code == 130 and "interrupted: the rows of the lengths evaluated so far are saved" \
         in result.stderr
     assert sorted(pd.read_parquet(run_dir / "results.parquet")["factor"]) == [1, 2, 4]
+
+
+def test_sigterm_during_eval_keeps_the_lengths_done(run_dir: Path) -> None:
+    command = [sys.executable, "-m", "lengthgen.cli", "eval", str(run_dir), "--max-factor", "256",
+               "--eval-samples", "64", "--quiet"]
+    process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        if 4 in set(pd.read_parquet(run_dir / "results.parquet")["factor"]):
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    factors = sorted(pd.read_parquet(run_dir / "results.parquet")["factor"])
+    assert process.returncode == 143 and "interrupted: the rows of the lengths evaluated so far" in err, err
+    assert factors[:3] == [1, 2, 4] and factors != [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 
 def test_ctrl_c_during_a_run_keeps_the_lengths_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
