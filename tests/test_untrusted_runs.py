@@ -158,6 +158,7 @@ def test_a_broken_run_of_a_sweep_is_skipped(tmp_path: Path) -> None:
         assert sorted(pd.read_parquet(run / "results.parquet")["factor"]) == [1, 2, 4]
         assert sorted(pd.read_parquet(sweep / "data" / f"{run.name}.parquet")["factor"]) == [1, 2, 4]
     assert sorted(pd.read_parquet(runs[0] / "results.parquet")["factor"]) == [1, 2]
+    one_line_exit_2(evaluate(str(sweep), "--max-factor", "6"), "power of two")  # a bad setting: one line
     for run in runs:  # nothing usable left: exit 2
         (run / "model.pt").unlink()
     with pytest.warns(UserNotice):

@@ -122,18 +122,23 @@ def find_saved_runs(path: str | Path) -> list[SavedRun]:
 def plan_runs(path: str | Path, **settings: Any) -> list[EvalPlan]:
     """:func:`plan_evaluation` of every run under ``path`` (``settings`` as it takes them), before
     any model is evaluated. A run folder's problem is a ``UserError``; in a sweep folder a broken
-    run is skipped with a warning and the others are planned."""
+    run is skipped with a warning and the others are planned (when every run fails the same way,
+    a bad setting, that one message is the error)."""
     runs = find_saved_runs(path)
     if (Path(path) / "config.json").is_file():
         return [plan_evaluation(runs[0], **settings)]
-    plans = []
+    plans, failures = [], []
     for run in runs:
         try:
             plans.append(plan_evaluation(run, **settings))
         except TrackerError:
             raise
         except UserError as exc:
-            warnings.warn(f"skipped {run.run_dir}: {exc}", UserNotice, stacklevel=2)
+            failures.append((run, str(exc)))
+    if not plans and len({message for _, message in failures}) == 1:
+        raise UserError(failures[0][1])
+    for run, message in failures:
+        warnings.warn(f"skipped {run.run_dir}: {message}", UserNotice, stacklevel=2)
     if not plans:
         raise UserError(f"no run under {str(Path(path) / 'runs')!r} can be evaluated (see the warnings)")
     return plans
