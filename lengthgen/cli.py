@@ -195,6 +195,7 @@ class Log(str, Enum):
     wandb = "wandb"
 
 
+TRUST_HELP = "Import plugin files (file.py:Class) that recorded configs name: only for folders you trust."
 LOG_HELP = "Stream learning curves and per-length results to tensorboard or wandb (extra: track)."
 
 
@@ -307,9 +308,7 @@ def eval_command(
     device: Device = typer.Option(Device.auto, "--device"),
     log: Log | None = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    trust_plugins: bool = typer.Option(
-        False, "--trust-plugins",
-        help="Import plugin files (file.py:Class) that the run configs name: only for folders you trust."),
+    trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
 ) -> None:
     """Evaluate saved models at more lengths, on a task variant or with another backend; add the rows
     to their results."""
@@ -515,7 +514,7 @@ def _load_rows(results: str) -> Any:
 def leaderboard_command(
     results: str = typer.Argument(..., help="Sweep folder (its data/ is read) or results folder/file."),
     out: str = typer.Option(..., "--out", help="Folder for README.md, leaderboard.csv/.html and plots/."),
-    title: str = typer.Option("lengthgen leaderboard", "--title"),
+    title: str | None = typer.Option(None, "--title", help="Page title [default: lengthgen leaderboard]."),
     hardware: str | None = typer.Option(None, "--hardware", help="Hardware note for the README."),
     commit: str | None = typer.Option(
         None, "--commit", envvar="LENGTHGEN_COMMIT",
@@ -523,17 +522,41 @@ def leaderboard_command(
     ablations: str | None = typer.Option(
         None, "--ablations", help="Folder of ablation sweeps (each with ABOUT.md) to publish as "
                                   "'What changes the result'."),
+    plan_file: str | None = typer.Option(
+        None, "--plan", help="The board's plan (TOML): show exactly its runs; title, hardware and "
+                             "ablations come from it."),
+    latex: bool = typer.Option(False, "--latex", help="Also write latex/TASK.tex (booktabs) and the "
+                                                      "figures as PDF, for papers."),
 ) -> None:
     """Tables (mean and 95% CI over seeds, learned seeds, selected settings, paper rows) and plots."""
-    from lengthgen.leaderboard import write_leaderboard
+    from lengthgen.leaderboard import DEFAULT_TITLE, write_leaderboard
     from lengthgen.leaderboard.ablations import load_ablations
 
     out_dir = folder_for_writing(out, "--out")
     rows = _load_rows(results)
+    if plan_file is not None:
+        from lengthgen.plans.plan import ablations_dir, board_run_ids, load_plan, rule_text
+
+        given = [flag for flag, value in (("--title", title), ("--hardware", hardware),
+                                          ("--ablations", ablations)) if value is not None]
+        if given:
+            raise UserError(f"--plan sets {', '.join(given)} itself; drop it (edit the plan file instead)")
+        plan = load_plan(plan_file)
+        rows = rows[rows["run_id"].isin(board_run_ids(plan, results))]
+        if rows.empty:
+            raise UserError(f"none of the runs of plan {plan_file} is recorded under {results!r}; "
+                            f"run: lengthgen sweep --plan {plan_file} --out {results}")
+        title, hardware = plan.title, plan.hardware
+        folder = ablations_dir(plan, plan_file)
+        ablations = None if folder is None else str(folder)
+        rule = rule_text(plan)
+    else:
+        rule = None
     if ablations is not None:
         load_ablations(input_path(ablations, "--ablations"))  # checked before anything is written
-    written = write_leaderboard(rows, out_dir, title=title, source=results, hardware=hardware,
-                                commit=commit, ablations=ablations)
+    written = write_leaderboard(rows, out_dir, title=title or DEFAULT_TITLE, source=results,
+                                hardware=hardware, commit=commit, ablations=ablations, plan=plan_file,
+                                plan_rule=rule, latex=latex)
     for path in written:
         typer.echo(str(path))
 
@@ -566,6 +589,34 @@ def plot_command(
     draw = plot_exact_match if kind is PlotKind.exact else plot_dispersion
     with new_folder(target.parent):
         typer.echo(str(draw(rows, task_name, target)))
+
+@app.command("verify")
+def verify_command(
+    path: str = typer.Argument(..., help="A run folder, sweep folder (its data/) or results file."),
+    sample: int | None = typer.Option(None, "--sample", help="Re-derive this many runs, drawn at random "
+                                                              "with --seed [default: all]."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sampler."),
+    device: Device = typer.Option(Device.cpu, "--device"),
+    trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
+) -> None:
+    """Retrain runs from their recorded configs and compare every row; exit 1 on any difference."""
+    from lengthgen.harness import verify
+    from lengthgen.registry import trusted_plugins
+
+    if sample is not None and sample < 1:
+        raise UserError(f"--sample must be at least 1, got {sample}")
+    runs = verify.published_runs(input_path(path, "PATH"))
+    _check_run_environment(device, None)
+    typer.echo(f"verify: re-deriving {min(sample or len(runs), len(runs))} of {len(runs)} runs under {path}",
+               err=True)
+    with trusted_plugins(everything=trust_plugins):
+        checks = verify.verify(path, sample=sample, seed=seed, device=device.value, echo=typer.echo)
+    report = verify.write_report(path, checks, len(runs))
+    bad = [c for c in checks if not c.ok]
+    typer.echo(f"verify: {len(checks) - len(bad)} of {len(checks)} runs re-derived identically; "
+               f"report: {report}", err=True)
+    if bad:
+        raise typer.Exit(code=1)
 
 
 def main() -> None:

@@ -375,7 +375,7 @@ def build_run_config(
             raise UserError(f"unknown attention option {key!r} of {attn!r}; valid options: "
                             f"{', '.join(valid_options) or '(none)'}")
     try:
-        options = backend.Options(**(attn_options or {})).model_dump(mode="json")
+        options = backend.Options(**(attn_options or {})).recorded()
     except ValidationError as exc:
         raise UserError(validation_message(exc, f"invalid options of attention backend {attn!r}")) from None
     check_finite(options, "attention option")

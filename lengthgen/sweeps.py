@@ -28,10 +28,11 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from lengthgen import limits
+from lengthgen import limits, provenance
 from lengthgen.config import RunConfig, build_run_config, combine_overrides, flag_overrides, parse_value
 from lengthgen.errors import UserError
 from lengthgen.files import new_folder
+from lengthgen.progress import display
 
 Launcher = Literal["local", "ray"]
 RunState = Literal["ok", "failed", "missing"]
@@ -175,8 +176,8 @@ def failed_frame(config: RunConfig, exc: BaseException | str) -> pd.DataFrame:
         "run_id": run_key(config), "task": config.task, "attn": config.attn, "pos": config.pos,
         "seed": config.seed, "preset": config.preset, "train_length": config.train.train_length,
         "steps": config.train.steps, "selection": config.train.selection,
-        "lengthgen_version": lengthgen.__version__, "config_hash": config.config_hash(),
-        "config_json": config.canonical_json(), "status": "failed",
+        "lengthgen_version": lengthgen.__version__, **provenance.software(),
+        "config_hash": config.config_hash(), "config_json": config.canonical_json(), "status": "failed",
         "error": (error.splitlines() or ["unknown error"])[0],
     }])
 
@@ -397,8 +398,6 @@ def run_sweep(
 def _run_sweep(configs: Sequence[RunConfig], root: str, launcher: Launcher, device: str, jobs: int | None,
                ray_address: str | None, retry_failed: bool, progress: bool, report: SweepReport | None,
                log: str | None) -> SweepReport:
-    from tqdm.auto import tqdm
-
     todo_plan = plan(configs, root, retry_failed=retry_failed)
     if report is None:
         report = SweepReport(len(configs), len(todo_plan.done_ok), len(todo_plan.done_failed))
@@ -406,8 +405,7 @@ def _run_sweep(configs: Sequence[RunConfig], root: str, launcher: Launcher, devi
         report.total, report.skipped_ok = len(configs), len(todo_plan.done_ok)
         report.skipped_failed = len(todo_plan.done_failed)
     done_before = report.skipped_ok + report.skipped_failed
-    bar = tqdm(total=len(configs), initial=done_before, desc="sweep", unit="run", disable=not progress,
-               dynamic_ncols=True, smoothing=0.1)
+    bar = display(len(configs), "sweep", enabled=progress, unit="runs", initial=done_before)
 
     def on_done(outcome: RunOutcome) -> None:
         if outcome.status == "ok":

@@ -208,3 +208,35 @@ def test_diagnostics_on_known_rows():
     e, s = row_diagnostics(torch.cat([uniform, one_hot]), torch.tensor([4, 4]))
     torch.testing.assert_close(e, torch.tensor([1.0, 0.0]))
     torch.testing.assert_close(s, torch.tensor([4.0, 1.0]))
+
+
+def test_late_options_keep_published_runs_ids_and_change_only_what_they_say() -> None:
+    """Options added after runs were published (``LATE``) are recorded only when set, so published
+    configs keep their hashes; a length cap holds log n beyond the cap and changes nothing below it;
+    the paper code's init makes s vary per token at step 0, ours starts at 1 + beta_init."""
+    from lengthgen.attention.entmax_family import ASEntmax
+    from lengthgen.attention.softmax_family import SSMax
+    from lengthgen.config import build_run_config
+
+    plain = build_run_config("max_retrieval", "ssmax")
+    assert plain.attn_options == {}
+    capped = build_run_config("max_retrieval", "ssmax", attn_options={"length_cap": 20})
+    assert capped.attn_options == {"length_cap": 20} and capped.config_hash() != plain.config_hash()
+    recorded = set(build_run_config("mqmtar", "asentmax").attn_options)
+    assert recorded == {"alpha", "static", "beta_init", "delta"}
+    spec = LayerSpec(n_heads=4, d_model=16, d_head=4, scaled_heads=(False, False, True, True))
+    torch.manual_seed(0)
+    x = torch.randn(2, 40, 16)
+    q_pos = torch.arange(40)
+    free, held = SSMax(spec), SSMax(spec, SSMax.Options(length_cap=20))
+    held.load_state_dict(free.state_dict())
+    with torch.no_grad():
+        s_free, s_held = free.query_scale(x, q_pos), held.query_scale(x, q_pos)
+    assert torch.equal(s_free[..., :19], s_held[..., :19])  # n = i + 2 <= 20
+    assert torch.allclose(s_held[:, 2:, 19:], torch.full_like(s_held[:, 2:, 19:], math.log(20)))
+    with torch.no_grad():
+        ours = ASEntmax(spec).query_scale(x, q_pos)
+        torch.manual_seed(0)
+        paper = ASEntmax(spec, ASEntmax.Options(init="paper")).query_scale(x, q_pos)
+    assert torch.allclose(ours[:, 2:], torch.full_like(ours[:, 2:], 1.05))
+    assert float(paper[:, 2:].std()) > 0.05 and torch.equal(paper[:, :2], torch.ones_like(paper[:, :2]))

@@ -21,7 +21,7 @@ from lengthgen.errors import UserNotice
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parent.parent
-COMMITTED = REPO / "leaderboard" / "ablations" / "quick-preset" / "data"
+COMMITTED = REPO / "leaderboard" / "ablations" / "quick-preset" / "data"  # stable committed rows
 TINY = ["--set", "train.batch_size=8", "--set", "train.val_samples=8", "--set", "arch.d_model=32",
         "--set", "arch.d_ff=64", "--eval-samples", "4", "--quiet"]
 

@@ -4,6 +4,7 @@ independent of row order), and the ``leaderboard``/``plot`` commands."""
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -112,7 +113,7 @@ def test_all_failed_method_still_listed() -> None:
     rows = rows_to_frame([{"run_id": "copy-x-nape-s0-1", "task": "copy", "attn": "x", "pos": "nape",
                            "seed": 0, "status": "failed", "error": "TrainingDiverged: loss is nan"}])
     row = task_table(summarize(rows), "copy").rows[0]
-    assert row.cells[0].text == "x" and texts(row)[-2:] == ["—", "1"] and texts(row)[5] == "0/1"
+    assert row.cells[0].text == "x" and texts(row)[-2:] == ["— (0/1 learned)", "1"] and texts(row)[5] == "0/1"
 
 
 def test_learned_seeds_on_the_published_leaderboard() -> None:
@@ -188,12 +189,36 @@ def test_effective_length_summary_table() -> None:
     sort = make_rows({("softmax", 0): [1.0, 1.0]}, task="sort")
     rows = pd.concat([make_rows(ROWS), sort], ignore_index=True)
     table = effective_table(summarize(rows))
-    assert [h.text for h in table.headers] == ["backend", "pos", "copy", "sort"]
+    # each task's column names the preset and the number of seeds behind its cells
+    assert [h.text for h in table.headers] == ["backend", "pos", "copy (quick, 3 seeds)",
+                                               "sort (quick, 1 seed)"]
     assert [texts(r) for r in table.rows] == [["asentmax", "nape", "4×", ""],
                                               ["softmax", "nape", "1×", "≥ 2×"]]
     paper_softmax = next(r for r in table.pinned if texts(r)[0] == f"{PAPER_LABEL}: softmax")
     assert texts(paper_softmax)[2:] == ["16×", "1×"]
-    assert "| backend | pos | copy | sort |" in markdown(table)
+    assert "| backend | pos | copy (quick, 3 seeds) | sort (quick, 1 seed) |" in markdown(table)
+
+
+def test_effective_length_over_learned_seeds_beside_all_seeds() -> None:
+    """A seed that did not learn drags the mean down to "did not extrapolate"; the cell also gives
+    the effective length over the seeds that learned, and the CSV leaves a missing one empty."""
+    curves = {("asentmax", 0): [1.0, 0.95, 0.92, 0.91], ("asentmax", 1): [0.98, 0.97, 0.93, 0.5],
+              ("asentmax", 2): [0.0, 0.0, 0.0, 0.0], ("softmax", 0): [0.3, 0.1, 0.0, 0.0]}
+    summary = summarize(make_rows(curves))
+    table = task_table(summary, "copy")
+    by_backend = {texts(r)[0]: texts(r) for r in table.rows}
+    # all seeds: mean 1x = 0.66 < 0.9, so none; the two learned seeds hold >= 90% up to 4x
+    assert by_backend["asentmax"][5] == "2/3" and by_backend["asentmax"][-2] == "— · 4× over 2/3 learned"
+    assert by_backend["softmax"][-2] == "— (0/1 learned)"
+    effective = effective_table(summary)
+    assert [texts(r)[2] for r in effective.rows] == ["— · 4× over 2/3 learned", "— (0/1 learned)"]
+    csv = pd.read_csv(io.BytesIO(render(make_rows(curves)).files["leaderboard.csv"]))
+    measured = csv[csv["source"] == "measured"].set_index(["method", "factor"])
+    assert pd.isna(measured.loc[("softmax", 1), "effective_length"])  # empty, never 0
+    assert pd.isna(measured.loc[("asentmax", 1), "effective_length"])
+    assert measured.loc[("asentmax", 1), "effective_length_learned"] == 4
+    assert not measured.loc[("asentmax", 1), "effective_length_learned_capped"]
+    assert (csv["effective_length"].dropna() > 0).all()
 
 
 def test_outputs_are_deterministic() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -33,6 +33,16 @@ class BackendOptions(BaseModel):
     """Backend-specific options; unknown fields are rejected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Options added after runs with this backend were published. A run's config records them only
+    #: when they differ from their default, so the published runs keep their config hash and id.
+    LATE: ClassVar[tuple[str, ...]] = ()
+
+    def recorded(self) -> dict[str, Any]:
+        """The options as a run's config records them (JSON values; late ones only when set)."""
+        dumped = self.model_dump(mode="json")
+        defaults = type(self)().model_dump(mode="json")
+        return {k: v for k, v in dumped.items() if k not in self.LATE or v != defaults[k]}
 
 
 @dataclass(frozen=True)

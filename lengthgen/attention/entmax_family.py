@@ -7,6 +7,8 @@ CUDA or the chunked exact path; a query scale, if any, is folded into q before t
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from pydantic import Field
 
@@ -53,9 +55,15 @@ class Sparsemax(EntmaxFamilyBackend):
 
 
 class ASEntmaxOptions(EntmaxOptions):
+    LATE = ("init", "length_cap")
     static: bool = Field(False, description="learn β, γ per head instead of from the layer input")
     beta_init: float = Field(0.05, gt=0.0, description="initial β (s = 1 + β at step 0)")
     delta: float = Field(1.0, description="offset δ of the scale")
+    init: Literal["near_one", "paper"] = Field(
+        "near_one", description="scale projections: near_one (s = 1 + beta_init at step 0) or paper "
+                                "(the paper code's N(0, 0.02) weights, an ablation)")
+    length_cap: int | None = Field(None, ge=2, description="hold n at this many keys beyond it (an ablation "
+                                                           "of the scale's growth; default: no cap)")
 
 
 class ASEntmax(EntmaxFamilyBackend):
@@ -69,8 +77,8 @@ class ASEntmax(EntmaxFamilyBackend):
     def __init__(self, spec: LayerSpec, options: ASEntmaxOptions | None = None) -> None:
         super().__init__(spec, options)
         self.scale = AdaptiveScale(
-            spec.d_model, spec.n_heads, delta=self.options.delta,
-            beta_init=self.options.beta_init, static=self.options.static,
+            spec.d_model, spec.n_heads, delta=self.options.delta, beta_init=self.options.beta_init,
+            static=self.options.static, init=self.options.init, length_cap=self.options.length_cap,
         )
 
     def query_scale(self, x: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor:

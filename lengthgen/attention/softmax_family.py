@@ -31,15 +31,23 @@ class Softmax(SoftmaxFamilyBackend):
         return normalizers.Softmax()
 
 
+class SSMaxOptions(BackendOptions):
+    LATE = ("length_cap",)
+    length_cap: int | None = Field(None, ge=2, description="hold n at this many keys beyond it (an ablation "
+                                                           "of the scale's growth; default: no cap)")
+
+
 class SSMax(Softmax):
     """Scalable-Softmax (Nakanishi): softmax of σ_h · log n · scores, σ_h learned per head."""
 
     name = "ssmax"
     description = "Scalable-Softmax: softmax with a learned per-head scale σ·log n"
+    Options = SSMaxOptions
+    options: SSMaxOptions
 
-    def __init__(self, spec: LayerSpec, options: BackendOptions | None = None) -> None:
+    def __init__(self, spec: LayerSpec, options: SSMaxOptions | None = None) -> None:
         super().__init__(spec, options)
-        self.scale = SSMaxScale(spec.n_heads)
+        self.scale = SSMaxScale(spec.n_heads, self.options.length_cap)
 
     def query_scale(self, x: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor:
         return self.scale(x, q_pos, self.scaled_heads)

@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 
 from lengthgen.attention.backend import AttentionStats
 from lengthgen.config import EvalConfig
 from lengthgen.harness.batches import ModelBatch, score
 from lengthgen.model import Transformer
+from lengthgen.progress import display
 from lengthgen.tasks.base import Task
 
 TEST_SEED = 0
@@ -66,8 +66,8 @@ def evaluate_length(
     stats = AttentionStats()
     exact = right = scored = 0
     start = time.perf_counter()
-    bar = tqdm(total=n, desc=f"eval {length:>6} ({factor}x)", disable=not progress,
-               dynamic_ncols=True, leave=False)
+    bar = display(n, f"eval {length:>6} ({factor}x)", enabled=progress, unit="samples", live_only=True,
+                  leave=False)
     for lo in range(0, n, per_batch):
         hi = min(n, lo + per_batch)
         chunk = type(data)(data.input_ids[lo:hi], data.loss_mask[lo:hi], [], [])

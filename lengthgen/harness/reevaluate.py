@@ -33,6 +33,7 @@ import torch
 from pydantic import ValidationError
 
 import lengthgen
+from lengthgen import provenance
 from lengthgen.config import RunConfig, build_run_config, dotted, parse_value, validation_message
 from lengthgen.errors import UserError, UserNotice
 from lengthgen.files import read_text
@@ -296,7 +297,7 @@ def _identity(run: SavedRun, device: torch.device, params: int) -> dict[str, Any
         # the config as recorded, whose hash is in the run id (a newer lengthgen may add fields)
         row.update(params=params, config_json=run.config_json, config_hash=config_hash_of(run.config_json))
     return {**row, "device": device.type, "lengthgen_version": lengthgen.__version__,
-            "torch_version": torch.__version__,
+            "torch_version": torch.__version__, **provenance.software(),
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from lengthgen import provenance
 from lengthgen.errors import UserError, UserNotice
 from lengthgen.files import atomic_write
 from lengthgen.harness.schema import AMOUNTS, COUNTS, FRACTIONS, row_problems
@@ -27,7 +29,7 @@ COLUMNS: tuple[str, ...] = (
     "n_samples", "exact_match", "exact_match_lo", "exact_match_hi", "token_accuracy",
     "attn_entropy", "attn_support", "steps", "best_step", "selection", "val_exact_id", "val_exact_8x",
     "params", "train_seconds", "eval_seconds", "device", "lengthgen_version", "torch_version", "config_hash",
-    "config_json", "created_at", "status", "error", "eval_variant",
+    "config_json", "created_at", "status", "error", "eval_variant", *provenance.COLUMNS,
 )
 
 #: Columns without which a file is not a lengthgen results file (older files lack later columns,
@@ -62,8 +64,44 @@ NUMERIC: tuple[str, ...] = ("seed", "train_length", "eval_length", "factor", "n_
                             *AMOUNTS)
 
 
-def _skip(path: Path, reason: str) -> None:
-    warnings.warn(f"skipped {path}: {reason}", UserNotice, stacklevel=3)
+@dataclass(frozen=True)
+class CheckedFile:
+    """One results file after the checks: its usable rows (None: the file is unusable), the
+    warning line that says what was skipped (None: nothing), and the runs with skipped rows, each
+    with the first reason (how ``lengthgen verify`` names a run whose rows it cannot use)."""
+
+    rows: pd.DataFrame | None
+    warning: str | None = None
+    bad_runs: dict[str, str] = field(default_factory=dict)
+
+
+def check_results_file(path: Path) -> CheckedFile:
+    """Read one results file and check every row (``lengthgen.harness.schema``), warning nobody."""
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # truncated, empty, not Parquet, unreadable: pyarrow and OS errors
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return CheckedFile(None, f"skipped {path}: unreadable ({reason})")
+    missing = [c for c in REQUIRED if c not in frame.columns]
+    if missing:
+        columns = ", ".join(missing)
+        return CheckedFile(None, f"skipped {path}: not a lengthgen results file (no column {columns})")
+    frame = conform(frame).reset_index(drop=True)
+    bad = [(i, p) for i, p in enumerate(row_problems(frame)) if p is not None]
+    warning, bad_runs = None, {}
+    if bad:
+        first, reason = bad[0]
+        for i, problem in reversed(bad):
+            bad_runs[str(frame["run_id"].iloc[i])] = problem
+        if len(bad) == len(frame):
+            whole = reason if len(frame) == 1 else f"every row is unusable (row {first}: {reason})"
+            return CheckedFile(None, f"skipped {path}: {whole}", bad_runs)
+        warning = f"skipped {path}: {len(bad)} of {len(frame)} rows are unusable (row {first}: {reason})"
+        frame = frame.drop(index=[i for i, _ in bad]).reset_index(drop=True)
+    for column in NUMERIC:
+        if not pd.api.types.is_numeric_dtype(frame[column]):
+            frame[column] = pd.to_numeric(frame[column])
+    return CheckedFile(frame, warning, bad_runs)
 
 
 def read_results_file(path: Path) -> pd.DataFrame | None:
@@ -73,30 +111,10 @@ def read_results_file(path: Path) -> pd.DataFrame | None:
     naming it; rows that fail the checks of ``lengthgen.harness.schema`` are skipped with one
     warning line for the file, naming the first bad row and its reason.
     """
-    try:
-        frame = pd.read_parquet(path)
-    except Exception as exc:  # truncated, empty, not Parquet, unreadable: pyarrow and OS errors
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        _skip(path, f"unreadable ({reason})")
-        return None
-    missing = [c for c in REQUIRED if c not in frame.columns]
-    if missing:
-        _skip(path, f"not a lengthgen results file (no column {', '.join(missing)})")
-        return None
-    frame = conform(frame).reset_index(drop=True)
-    problems = row_problems(frame)
-    bad = [(i, p) for i, p in enumerate(problems) if p is not None]
-    if bad:
-        first, reason = bad[0]
-        if len(bad) == len(frame):
-            _skip(path, reason if len(frame) == 1 else f"every row is unusable (row {first}: {reason})")
-            return None
-        _skip(path, f"{len(bad)} of {len(frame)} rows are unusable (row {first}: {reason})")
-        frame = frame.drop(index=[i for i, _ in bad]).reset_index(drop=True)
-    for column in NUMERIC:
-        if not pd.api.types.is_numeric_dtype(frame[column]):
-            frame[column] = pd.to_numeric(frame[column])
-    return frame
+    checked = check_results_file(path)
+    if checked.warning is not None:
+        warnings.warn(checked.warning, UserNotice, stacklevel=2)
+    return checked.rows
 
 
 def recorded_run_ids(path: Path) -> set[str]:
@@ -109,19 +127,34 @@ def recorded_run_ids(path: Path) -> set[str]:
     return {str(v) for v in ids.dropna()}
 
 
+def results_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The results files under ``path`` (the file itself, or ``*.parquet`` searched recursively),
+    without the dot-prefixed temporary files of an interrupted write."""
+    root = Path(path)
+    files = [root] if root.is_file() else sorted(root.rglob("*.parquet"))
+    return [f for f in files if not f.name.startswith(".")]
+
+
 def read_results(path: str | os.PathLike[str]) -> pd.DataFrame:
     """All usable result rows under ``path`` (a Parquet file or a folder searched recursively).
 
     Dot-prefixed files (temporary files of an interrupted write) are ignored; unusable files are
     skipped with a warning. No usable file gives an empty frame with the results columns.
     """
-    root = Path(path)
-    files = [root] if root.is_file() else sorted(root.rglob("*.parquet"))
-    files = [f for f in files if not f.name.startswith(".")]
-    frames = [frame for f in files if (frame := read_results_file(f)) is not None and not frame.empty]
+    frames = [frame for f in results_files(path) if (frame := read_results_file(f)) is not None
+              and not frame.empty]
     if not frames:
         return rows_to_frame([])
     return pd.concat(frames, ignore_index=True)
+
+
+def results_source(path: str | os.PathLike[str]) -> Path:
+    """What :func:`load_results` reads under ``path``: a sweep folder's ``data/``, else ``path``
+    (a :class:`UserError` when it does not exist)."""
+    root = Path(path)
+    if not root.exists():
+        raise UserError(f"no results under {str(path)!r}: no such file or folder")
+    return root / "data" if (root / "data").is_dir() else root
 
 
 def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -131,10 +164,7 @@ def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:
     Exact duplicates of a (run, length, evaluation variant) row are dropped; unusable files and
     rows are skipped with a warning; a path that does not exist is a :class:`UserError`.
     """
-    root = Path(path)
-    if not root.exists():
-        raise UserError(f"no results under {str(path)!r}: no such file or folder")
-    rows = read_results(root / "data" if (root / "data").is_dir() else root)
+    rows = read_results(results_source(path))
     if rows.empty:
         return rows
     key = ["run_id", "factor", "eval_variant", "status"]

@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 
 import lengthgen
+from lengthgen import provenance
 from lengthgen.config import RunConfig
 from lengthgen.errors import UserError
 from lengthgen.files import atomic_write, new_folder
@@ -113,6 +114,7 @@ def base_row(config: RunConfig, device: torch.device) -> dict[str, Any]:
         "device": device.type,
         "lengthgen_version": lengthgen.__version__,
         "torch_version": torch.__version__,
+        **provenance.software(),
         "config_hash": config.config_hash(),
         "config_json": config.canonical_json(),
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -36,12 +36,14 @@ FRACTIONS: tuple[str, ...] = ("exact_match", "exact_match_lo", "exact_match_hi",
 #: Rounding slack for fractions computed in floating point (a normalized entropy of a uniform row).
 SLACK = 1e-6
 #: Columns holding a count (non-negative integer) when present.
-COUNTS: tuple[str, ...] = ("steps", "best_step", "params")
+COUNTS: tuple[str, ...] = ("steps", "best_step", "params", "numerics_version", "torch_threads")
 #: Columns holding a non-negative finite number when present.
 AMOUNTS: tuple[str, ...] = ("attn_support", "train_seconds", "eval_seconds")
 #: Text columns that may be empty.
 TEXTS: tuple[str, ...] = ("pos", "preset", "eval_variant", "device", "lengthgen_version", "torch_version",
-                          "error")
+                          "error", "numpy_version", "numba_version", "git_commit", "cpu")
+#: Columns holding a yes/no when present.
+FLAGS: tuple[str, ...] = ("git_dirty",)
 
 
 class BadRow(ValueError):
@@ -184,6 +186,10 @@ def _labels(row: dict[str, Any]) -> None:
     for column in TEXTS:
         _text(row, column)
     _choice(row, "selection", SELECTIONS, False)
+    for column in FLAGS:
+        value = row.get(column)
+        if not _missing(value) and not isinstance(value, (bool, np.bool_)):
+            raise BadRow(f"{column} {_show(value)} is not true or false")
     seed = _integer(row, "seed", 0)
     if seed is None:
         raise BadRow("seed is empty")

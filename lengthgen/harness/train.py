@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from lengthgen.config import RunConfig, train_length_range
 from lengthgen.harness.batches import ModelBatch, masked_loss, score
 from lengthgen.harness.tracking import Tracker
 from lengthgen.model import Transformer
+from lengthgen.progress import display
 from lengthgen.tasks.base import Task
 
 #: Seed component that separates the validation stream from the test stream (seed 0, eval split).
@@ -99,9 +99,8 @@ def train(
     history: list[dict[str, float]] = []
     start = time.perf_counter()
     model.train()
-    bar = tqdm(range(t.steps), desc=f"train {config.task}/{config.attn}", disable=not progress,
-               dynamic_ncols=True, leave=False)
-    for step in bar:
+    bar = display(t.steps, f"train {config.task}/{config.attn}", enabled=progress, unit="steps", leave=False)
+    for step in range(t.steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, config)
         data = task.sample(t.batch_size, int(lengths[step]), seed=(config.seed, step), split="train")
@@ -119,6 +118,7 @@ def train(
             token_acc = acc.tokens_right / max(1, acc.tokens_scored)
             bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{token_acc:.3f}")
             tracker.train_step(step + 1, float(loss.item()), optimizer.param_groups[0]["lr"])
+        bar.update(1)
         last = step == t.steps - 1
         if (step + 1) % t.val_every == 0 or last:
             exact = validate(model, task, val_length, t.val_samples, device, t.batch_size)

@@ -4,7 +4,8 @@ Each (backend, scheme) gets its own colour (by backend) and line style (by schem
 every figure. A thick line is the mean over seeds; under it a thin line per seed, solid when the
 seed learned the task (1× exact match ≥ 90%) and dotted when it did not, so a mean dragged down
 by seeds that never learned reads as such. Legends sit outside the axes. Figures are SVG (or PNG
-at 200 dpi) without dates or software tags, so the same rows give the same bytes.
+at 200 dpi, or PDF with embedded fonts for papers) without dates or software tags, so the same rows
+give the same bytes.
 """
 
 from __future__ import annotations
@@ -44,21 +45,27 @@ _EXTRA_STYLES = [(0, (8, 2, 2, 2)), (0, (3, 3)), (0, (1, 2))]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 _LEARNED_STYLE, _UNLEARNED_STYLE = "-", (0, (1, 1.5))
 _PAPER_STYLE = (0, (5, 1.5, 1, 1.5))
-_SAVE = {"svg.hashsalt": "lengthgen", "svg.fonttype": "path"}
+#: SVG text as paths; PDF fonts embedded as TrueType (Type 42), which journals accept, not Type 3.
+_SAVE = {"svg.hashsalt": "lengthgen", "svg.fonttype": "path", "pdf.fonttype": 42}
 
 
 def _format(path: Target, fmt: str | None) -> str:
     if fmt:
         return fmt
     suffix = Path(str(path)).suffix.lower().lstrip(".") if not isinstance(path, io.BytesIO) else ""
-    return suffix if suffix in ("png", "svg") else "svg" if isinstance(path, io.BytesIO) else "png"
+    return suffix if suffix in ("png", "svg", "pdf") else "svg" if isinstance(path, io.BytesIO) else "png"
+
+
+#: No dates or software tags in the files, so the same rows give the same bytes.
+_METADATA: dict[str, dict[str, None]] = {"svg": {"Date": None, "Creator": None},
+                                         "pdf": {"CreationDate": None, "Creator": None, "Producer": None}}
 
 
 def _finish(fig: Any, path: Target, fmt: str | None) -> Any:
     """Save without dates or software tags, so identical figures give identical bytes; a file
     through the one atomic writer."""
     kind = _format(path, fmt)
-    metadata = {"Date": None, "Creator": None} if kind == "svg" else {"Software": None}
+    metadata = _METADATA.get(kind, {"Software": None})
 
     def save(handle: Any) -> None:
         with plt.rc_context(_SAVE):

@@ -162,6 +162,15 @@ def leaderboard_command(source: str, out_name: str, hardware: str | None, title:
             + (f" --ablations {shlex.quote(ablations)}" if ablations else ""))
 
 
+def plan_sweep_command(plan: str, sweep_dir: str) -> str:
+    return f"lengthgen sweep --plan {shlex.quote(plan)} --out {shlex.quote(sweep_dir)}"
+
+
+def plan_leaderboard_command(source: str, out_name: str, plan: str) -> str:
+    return (f"lengthgen leaderboard {shlex.quote(source)} --plan {shlex.quote(plan)} "
+            f"--out {shlex.quote(out_name)}")
+
+
 def _variant_flags(variant: str) -> list[str]:
     """``eval_variant`` text → the ``lengthgen eval`` flags that evaluate it again."""
     import re

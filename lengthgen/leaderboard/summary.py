@@ -34,7 +34,7 @@ CSV_COLUMNS: tuple[str, ...] = (
     "val_exact_id", "val_exact_8x", "runner_up", "runner_up_val_exact_id", "factor", "eval_length",
     "n_seeds", "exact_match", "ci_lo", "ci_hi", "ci_method", "per_seed", "learned_seeds", "runs",
     "runs_failed", "attn_entropy", "attn_support", "n_samples", "effective_length",
-    "effective_length_capped",
+    "effective_length_capped", "effective_length_learned", "effective_length_learned_capped", "preset",
 )
 
 
@@ -44,8 +44,22 @@ def per_seed_text(cell: pd.DataFrame) -> str:
                     for seed, value in zip(cell["seed"], cell["exact_match"], strict=True))
 
 
-def _cells(group: pd.DataFrame, base: dict[str, Any]) -> list[dict[str, Any]]:
-    """One line per evaluated factor of a set of runs (several seeds, or one run)."""
+def _effective(means: dict[int, float]) -> tuple[int | None, bool | None]:
+    """Effective length and whether it is capped; both empty when even 1x fails (never 0)."""
+    factor, capped = effective_length(means)
+    return (factor, capped) if factor else (None, None)
+
+
+def _learned_means(group: pd.DataFrame, learned_runs: set[str]) -> dict[int, float]:
+    """Mean exact match per factor over the runs that learned the task."""
+    ok = ok_rows(group)
+    ok = ok[ok["run_id"].isin(learned_runs)]
+    return {int(f): stable_mean(cell["exact_match"]) for f, cell in ok.groupby("factor", sort=True)}
+
+
+def _cells(group: pd.DataFrame, base: dict[str, Any], learned_runs: set[str]) -> list[dict[str, Any]]:
+    """One line per evaluated factor of a set of runs (several seeds, or one run), with the
+    effective length over all of them and over those that learned (``learned_runs``)."""
     cells = []
     for factor, cell in ok_rows(group).groupby("factor", sort=True):
         cell = cell.sort_values(["seed", "run_id"], kind="mergesort")
@@ -59,12 +73,22 @@ def _cells(group: pd.DataFrame, base: dict[str, Any]) -> list[dict[str, Any]]:
             "per_seed": per_seed_text(cell), "attn_entropy": stable_mean(cell["attn_entropy"]),
             "attn_support": stable_mean(cell["attn_support"]), "n_samples": int(cell["n_samples"].sum()),
         })
-    eff, capped = effective_length({c["factor"]: c["exact_match"] for c in cells})
+    eff, capped = _effective({c["factor"]: c["exact_match"] for c in cells})
+    eff_learned, capped_learned = _effective(_learned_means(group, learned_runs))
     if not cells:  # every run failed before any evaluation: keep a line so its failures show
         cells.append({**base, "factor": None, "n_seeds": 0})
     for c in cells:
-        c.update(effective_length=eff, effective_length_capped=capped)
+        c.update(effective_length=eff, effective_length_capped=capped, effective_length_learned=eff_learned,
+                 effective_length_learned_capped=capped_learned)
     return cells
+
+
+def _learned_runs(run_table: pd.DataFrame) -> set[str]:
+    return {str(r) for r, v in zip(run_table["run_id"], run_table["exact_1x"], strict=True) if learned(v)}
+
+
+def _presets(run_table: pd.DataFrame) -> str:
+    return ", ".join(sorted({str(p) for p in run_table["preset"].dropna()}))
 
 
 def _score(value: float | None) -> float:
@@ -94,8 +118,9 @@ def _measured(frame: pd.DataFrame, run_table: pd.DataFrame, key: tuple[str, str,
             "runner_up_val_exact_id": _score(runner.score) if chosen and runner else math.nan,
             "learned_seeds": int(sum(learned(v) for v in setting_runs["exact_1x"])),
             "runs": len(setting_runs), "runs_failed": int(setting_runs["failed"].sum()),
+            "preset": _presets(setting_runs),
         }
-        out.extend(_cells(group, base))
+        out.extend(_cells(group, base, _learned_runs(setting_runs)))
     return out
 
 
@@ -106,17 +131,19 @@ def _protocol(frame: pd.DataFrame, run_table: pd.DataFrame, task: str, attn: str
     if pick.run_id is None:
         return [{**base, "pos": "", "setting": "", "recipe": "", "factor": None, "n_seeds": 0,
                  "val_exact_id": math.nan, "val_exact_8x": math.nan}]
-    run = run_table[run_table["run_id"] == pick.run_id].iloc[0]
+    chosen = run_table[run_table["run_id"] == pick.run_id]
+    run = chosen.iloc[0]
     base.update(pos=run["pos"], setting=pick.label, setting_detail=pick.description, recipe=run["setting"],
                 val_exact_id=_score(pick.val_id), val_exact_8x=_score(pick.val_8x),
-                learned_seeds=int(learned(run["exact_1x"])), runs_failed=int(run["failed"]))
-    return _cells(frame[frame["run_id"] == pick.run_id], base)
+                learned_seeds=int(learned(run["exact_1x"])), runs_failed=int(run["failed"]),
+                preset=_presets(chosen))
+    return _cells(frame[frame["run_id"] == pick.run_id], base, _learned_runs(chosen))
 
 
 def _paper(task: str) -> list[dict[str, Any]]:
     out = []
     for method, by_factor in PAPER_REPORTED.get(task, {}).items():
-        eff, capped = effective_length({f: v / 100 for f, v in by_factor.items()})
+        eff, capped = _effective({f: v / 100 for f, v in by_factor.items()})
         for factor, value in sorted(by_factor.items()):
             out.append({
                 "task": task, "source": "paper", "method": method, "pos": "",

@@ -99,7 +99,8 @@ def markdown(table: Table) -> str:
 
 # -- CSV ------------------------------------------------------------------------------------------
 INTEGER_COLUMNS = ("factor", "eval_length", "n_seeds", "n_samples", "effective_length", "runs", "runs_failed",
-                   "learned_seeds")
+                   "learned_seeds", "effective_length_learned")
+BOOLEAN_COLUMNS = ("chosen", "effective_length_capped", "effective_length_learned_capped")
 
 
 def csv_bytes(summary: pd.DataFrame, columns: Sequence[str]) -> bytes:
@@ -108,5 +109,6 @@ def csv_bytes(summary: pd.DataFrame, columns: Sequence[str]) -> bytes:
     table = neutralise_frame(summary[list(columns)])
     for column in INTEGER_COLUMNS:
         table[column] = table[column].astype("Int64")
-    table["chosen"] = table["chosen"].astype("boolean")
+    for column in BOOLEAN_COLUMNS:
+        table[column] = table[column].astype("boolean")
     return table.to_csv(index=False, float_format="%.6f", lineterminator="\n").encode()

@@ -16,7 +16,14 @@ from typing import Any
 
 import pandas as pd
 
-from lengthgen.leaderboard.paper import PAPER_LABEL, PAPER_PROTOCOL, PROTOCOL_LABEL, backend_rank
+from lengthgen.leaderboard.paper import (
+    PAPER_LABEL,
+    PAPER_PROTOCOL,
+    PAPER_SELECTION_LEVEL,
+    PROTOCOL_LABEL,
+    PROTOCOL_SELECTION_LEVEL,
+    backend_rank,
+)
 from lengthgen.leaderboard.rows import config_dict
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
 from lengthgen.leaderboard.tables import (
@@ -62,6 +69,24 @@ def _interval_cell(r: Any, runs: int, paper: bool) -> Cell:
     return Cell(pct(r.exact_match), float(r.exact_match), title, detail=detail.strip())
 
 
+def effective_cell(r: Any) -> Cell:
+    """Effective length over all seeds; beside it, when not every seed learned, over the seeds that
+    did (a mean that averages in seeds at 0% says "did not learn", not "did not extrapolate")."""
+    everyone = effective_label(r["effective_length"], r["effective_length_capped"])
+    sort = effective_sort(r["effective_length"], r["effective_length_capped"])
+    runs = 0 if is_missing(r["runs"]) else int(r["runs"])
+    k = 0 if is_missing(r["learned_seeds"]) else int(r["learned_seeds"])
+    if runs == 0 or k == runs:
+        return Cell(everyone, sort, "over every seed (every seed learned the task)" if runs else "")
+    if k == 0:
+        return Cell(f"{everyone} (0/{runs} learned)", sort, "no seed learned the task in distribution: "
+                    "its extrapolation is not measured")
+    over_learned = effective_label(r["effective_length_learned"], r["effective_length_learned_capped"])
+    return Cell(f"{everyone} · {over_learned} over {k}/{runs} learned", sort,
+                f"first over all {runs} seeds, then over the {k} seeds that learned the task (1× test exact "
+                f"match ≥ {LEARNED_THRESHOLD * 100:.0f}%)")
+
+
 def _factor_headers(part: pd.DataFrame, factors: list[int]) -> list[Header]:
     headers = []
     for f in factors:
@@ -78,7 +103,8 @@ def task_headers(part: pd.DataFrame, factors: list[int]) -> tuple[Header, ...]:
                           "chosen as the paper chose its numbers, then the paper's number"),
         Header("pos", "position scheme"),
         Header("setting", "the setting (recipe without seed) shown: the one with the best mean "
-                          "in-distribution validation exact match over its seeds; val = that mean (%)"),
+                          "in-distribution validation exact match over the seeds every setting ran; "
+                          "val = that mean (%)"),
         Header("runner-up", "the second-best setting by the same rule"),
         Header("seeds", "runs (seeds) of the setting", numeric=True),
         Header("learned", f"seeds whose in-distribution (1×) test exact match is ≥ "
@@ -86,7 +112,8 @@ def task_headers(part: pd.DataFrame, factors: list[int]) -> tuple[Header, ...]:
         *_factor_headers(part, factors),
         Header("eff. length", f"largest factor whose mean exact match stays ≥ "
                               f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every factor up to it "
-                              "(≥: even the longest evaluated one passes)", numeric=True),
+                              "(≥: even the longest evaluated one passes); when not every seed learned, "
+                              "also over the seeds that learned", numeric=True),
         Header("failed", "runs recorded as failed (diverged, out of memory, …)", numeric=True),
     )
 
@@ -117,8 +144,7 @@ def _measured_row(group: pd.DataFrame, factors: list[int]) -> Row:
     for f in factors:
         r = by_factor.get(f)
         cells.append(_interval_cell(r, runs, False) if r is not None else Cell(NONE, -1.0, "not evaluated"))
-    cells.append(Cell(effective_label(first["effective_length"], first["effective_length_capped"]),
-                      effective_sort(first["effective_length"], first["effective_length_capped"])))
+    cells.append(effective_cell(first))
     cells.append(Cell(str(int(first["runs_failed"])), float(first["runs_failed"])))
     return Row(tuple(cells))
 
@@ -127,7 +153,8 @@ def _protocol_row(group: pd.DataFrame, factors: list[int]) -> Row:
     first = group.iloc[0]
     label = Cell(f"{PROTOCOL_LABEL}: {first['method']}", None,
                  "the single best run of this backend over seeds × settings × position schemes, "
-                 "selected on 8× validation exact match (never on test data), as the paper selected")
+                 "selected on 8× validation exact match (never on test data), as the paper selected; "
+                 f"{PROTOCOL_SELECTION_LEVEL}; {PAPER_SELECTION_LEVEL}")
     if is_missing(first["factor"]):
         span = len(factors) + 6
         why = Cell(f"{first['selection']} (no 8× validation scores to select on)", None,
@@ -185,15 +212,26 @@ def task_table(summary: pd.DataFrame, task: str) -> Table:
 
 
 # -- effective length, task × backend -------------------------------------------------------------
+def _task_header(shown: pd.DataFrame, task: str) -> Header:
+    """A task column names the preset and the number of seeds behind its measured cells."""
+    part = shown[(shown["task"] == task) & (shown["source"] == "measured")]
+    presets = sorted({p for value in part["preset"].dropna() for p in str(value).split(", ")})
+    seeds = sorted({int(r) for r in part["runs"].dropna()})
+    count = (f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}") if seeds else "0"
+    what = ", ".join(presets) or "?"
+    return Header(f"{task} ({what}, {count} seed{'' if count == '1' else 's'})",
+                  f"effective length on {task}: largest factor whose mean exact match over the seeds stays ≥ "
+                  f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every factor up to it; the preset and the number "
+                  "of seeds behind each cell of ours", numeric=True)
+
+
 def effective_table(summary: pd.DataFrame) -> Table:
     """Effective length of every backend (chosen setting) on every task; pinned: per backend, the
-    paper-protocol run's, then the paper's."""
+    paper-protocol run's, then the paper's. A task's column names its preset and seed count."""
     tasks = sorted(summary["task"].unique())
     shown = summary[summary["chosen"].astype(bool)]
     headers = (Header("backend", "attention backend"), Header("pos", "position scheme"),
-               *[Header(t, f"effective length on {t}: largest factor whose mean exact match stays ≥ "
-                           f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every factor up to it", numeric=True)
-                 for t in tasks])
+               *[_task_header(shown, t) for t in tasks])
 
     def cells_for(part: pd.DataFrame) -> list[Cell]:
         out = []
@@ -205,15 +243,14 @@ def effective_table(summary: pd.DataFrame) -> Table:
             if lines["factor"].isna().all() and (lines["source"] == "protocol").all():
                 out.append(Cell("n/a", -1.0, str(lines["selection"].iloc[0])))
                 continue
-            items = list(lines.itertuples())
-            labels = [effective_label(r.effective_length, r.effective_length_capped) for r in items]
-            best = max(effective_sort(r.effective_length, r.effective_length_capped) for r in items)
-            titles = []
-            for r in items:
-                seeds = ("" if is_missing(r.learned_seeds)
-                         else f"learned seeds {int(r.learned_seeds)}/{int(r.runs)}; ")
-                titles.append(f"{seeds}setting {r.setting}" if r.setting else r.selection)
-            out.append(Cell(" / ".join(labels), best, "; ".join(titles)))
+            cells = [effective_cell(r) if r["source"] == "measured" else
+                     Cell(effective_label(r["effective_length"], r["effective_length_capped"]),
+                          effective_sort(r["effective_length"], r["effective_length_capped"]))
+                     for _, r in lines.iterrows()]
+            titles = [f"{c.title}; setting {r['setting']}" if r["setting"] else str(r["selection"])
+                      for c, (_, r) in zip(cells, lines.iterrows(), strict=True)]
+            out.append(Cell(" / ".join(c.text for c in cells), max(c.sort or -1.0 for c in cells),
+                            "; ".join(titles)))
         return out
 
     rows = []
@@ -270,10 +307,18 @@ def ours(rows: pd.DataFrame, task: str) -> dict[str, str]:
         "width": _joined(f"d {c['arch']['d_model']}, {c['arch']['n_heads']} heads" for c in configs),
         "depth": _joined(f"{c['arch']['n_layers']} layers" for c in configs),
         "learning rate": _joined(json.dumps(c["train"]["lr"]) for c in configs),
+        "warm-up": _joined(f"{c['train']['warmup_steps']} steps" for c in configs),
+        "schedule": _joined(_schedule(c) for c in configs),
         "test samples per length": _samples(ok),
         "selection": f"checkpoint: best {rules} validation; a row: the setting with the best mean 1× "
-                     "validation, mean over its seeds; paper-protocol row: best single run by 8× validation",
+                     "validation over the seeds every setting ran, mean over its seeds; paper-protocol row: "
+                     "best single run by 8× validation, " + PROTOCOL_SELECTION_LEVEL.removeprefix("ours: "),
     }
+
+
+def _schedule(config: dict[str, Any]) -> str:
+    floor = config["train"].get("min_lr_ratio", 0.0)
+    return f"linear warm-up, then cosine decay to {floor:g} × the learning rate"
 
 
 def comparison_table(rows: pd.DataFrame, task: str) -> Table | None:
@@ -293,6 +338,8 @@ def protocol_table(rows: pd.DataFrame) -> Table:
     """Per task: preset, training lengths, steps, batch, checkpoint rule, factors, samples, runs, time."""
     headers = (Header("task"), Header("preset"), Header("train lengths", "uniform in this range"),
                Header("steps", numeric=True), Header("batch", numeric=True),
+               Header("learning rate", "peak learning rates of the runs (per backend where a grid ran)"),
+               Header("warm-up", "linear warm-up steps of the runs"), Header("schedule"),
                Header("selection", "checkpoint selection: id = in-distribution validation, 8x = at 8×"),
                Header("eval factors"), Header("samples per length", "test samples (fewer at long lengths)"),
                Header("runs", numeric=True), Header("train + eval time", "summed over runs", numeric=True))
@@ -310,6 +357,9 @@ def protocol_table(rows: pd.DataFrame) -> Table:
             Cell(_joined(group["steps"].dropna().astype(int)), _first_number(group["steps"])),
             Cell(_joined(c["train"]["batch_size"] for c in configs), _first_number(
                 pd.Series([c["train"]["batch_size"] for c in configs]))),
+            Cell(_joined(json.dumps(c["train"]["lr"]) for c in configs)),
+            Cell(_joined(c["train"]["warmup_steps"] for c in configs)),
+            Cell(_joined(_schedule(c) for c in configs)),
             Cell(_joined(group["selection"])),
             Cell(f"1×..{factors[-1]}×" if factors else NONE, float(factors[-1]) if factors else -1.0),
             Cell(_samples(ok)), Cell(str(per_run["run_id"].nunique()), float(per_run["run_id"].nunique())),

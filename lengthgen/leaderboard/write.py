@@ -18,17 +18,32 @@ from pathlib import Path
 import pandas as pd
 
 from lengthgen.files import publish
+from lengthgen.harness.verify import read_report
 from lengthgen.leaderboard import page as html_page
 from lengthgen.leaderboard.ablations import Ablation, ablation_table
-from lengthgen.leaderboard.paper import PAPER_LABEL, PAPER_TRAIN_LENGTHS, PROTOCOL_LABEL
+from lengthgen.leaderboard.latex import latex_table
+from lengthgen.leaderboard.paper import (
+    PAPER_LABEL,
+    PAPER_SELECTION_LEVEL,
+    PAPER_TRAIN_LENGTHS,
+    PROTOCOL_LABEL,
+    PROTOCOL_SELECTION_LEVEL,
+)
 from lengthgen.leaderboard.plots import DISPERSION_CAPTION, plot_dispersion, plot_exact_match
-from lengthgen.leaderboard.reproduce import eval_commands, leaderboard_command, sweep_commands
+from lengthgen.leaderboard.reproduce import (
+    eval_commands,
+    leaderboard_command,
+    plan_leaderboard_command,
+    plan_sweep_command,
+    sweep_commands,
+)
 from lengthgen.leaderboard.safe import slug
 from lengthgen.leaderboard.selection import PREDATES
-from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD
+from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
 from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
 from lengthgen.leaderboard.tables import csv_bytes, markdown
-from lengthgen.leaderboard.views import comparison_table, effective_table, protocol_table, task_table
+from lengthgen.leaderboard.verified import verification_line
+from lengthgen.leaderboard.views import comparison_table, effective_table, ours, protocol_table, task_table
 
 DEFAULT_TITLE = "lengthgen leaderboard"
 UNKNOWN_COMMIT = "unknown"
@@ -58,16 +73,20 @@ def _intro() -> list[str]:
         "A mean like 33 [0, 100] with 1/3 learned is one seed that learned and two that did not.",
         "**setting**, **runner-up**: runs that differ only by seed form a setting. Per backend and position "
         "scheme the table shows the setting with the best mean in-distribution validation exact match over "
-        "its seeds (`val`, %), never chosen on test data, and names the second best. Runs that failed before "
-        "any evaluation count as 0. Runs made before validation scores were recorded cannot be ranked: with "
-        f"one setting there is nothing to choose; with several, each gets its own row ({PREDATES}).",
+        "the seeds every setting ran (`val`, %), never chosen on test data, and names the second best. Runs "
+        "that failed before any evaluation count as 0. Runs made before validation scores were recorded "
+        "cannot be ranked: with one setting there is nothing to choose; with several, each gets its own row "
+        f"({PREDATES}).",
         f"**{PROTOCOL_LABEL}** (pinned rows): per backend, the single best run over seeds × settings × "
-        "position schemes, selected on 8× validation exact match, as the paper selected its numbers; it sits "
+        "position schemes, selected on 8× validation exact match, as the paper selected its numbers "
+        f"({PROTOCOL_SELECTION_LEVEL}; {PAPER_SELECTION_LEVEL}); it sits "
         f"directly above **{PAPER_LABEL}**, the paper's Table 1 (not measured here; blank where it reports "
         f"nothing; its factors are multiples of 64). Pinned rows never move when a table is sorted.",
         "**eff. length**: the largest factor whose mean exact match stays ≥ "
         f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every evaluated factor up to it (`≥` when even the longest "
-        "evaluated length passes; — when 1× does not).",
+        "evaluated length passes; — when 1× does not). When not every seed learned, the cell also gives it "
+        "over the seeds that learned (`— · 32× over 1/3 learned`), so \"did not learn\" reads apart from "
+        "\"did not extrapolate\"; the effective-length table's column names each task's preset and seeds.",
     ]
 
 
@@ -137,16 +156,23 @@ def _ablation_html(ablation: Ablation) -> list[str]:
 
 def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR", out_name: str = "OUT",
            hardware: str | None = None, commit: str = UNKNOWN_COMMIT, data_link: str = "data/",
-           ablations: Sequence[Ablation] = (), ablations_source: str | None = None) -> Rendered:
-    """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows (and the ablations)."""
+           ablations: Sequence[Ablation] = (), ablations_source: str | None = None,
+           plan: str | None = None, plan_rule: str | None = None, verified: str | None = None,
+           latex: bool = False) -> Rendered:
+    """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows (and the ablations).
+
+    With ``plan`` (the plan file's path) the Reproduce section starts with the two commands that
+    rebuild the board from it, and ``plan_rule`` (how its grids became rows) joins "How to read"."""
     rows = rows.sort_values(["task", "attn", "pos", "seed", "run_id", "factor"], kind="mergesort",
                             na_position="last").reset_index(drop=True)
     summary = summarize(rows)
     tasks = sorted(rows["task"].dropna().unique())
     files: dict[str, bytes] = {}
     meta = (f"Data as of {data_date(rows)} (newest run), data commit {commit}; {len(rows)} result rows, "
-            f"{rows['run_id'].nunique()} runs")
-    intro = _intro()
+            f"{rows['run_id'].nunique()} runs" + (f"; {verified}" if verified else ""))
+    literal = (f"**Settings from the plan** (`{plan}`): {plan_rule}".replace("{", "{{").replace("}", "}}")
+               if plan and plan_rule else None)
+    intro = _intro() + ([literal] if literal else [])  # the intro's lines are format templates
     effective = effective_table(summary)
     md = [f"# {title}", "", f"{meta}. Generated by `lengthgen leaderboard`: a pure function of the rows, so "
           "regenerating from the same data at the same commit reproduces these files byte for byte. "
@@ -161,6 +187,12 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
         name = slug(task)  # a task name is data: never a path
         files[f"plots/{name}_exact_match.svg"] = exact
         files[f"plots/{name}_dispersion.svg"] = disp
+        if latex:  # for papers: a booktabs table and the figures as PDF
+            files[f"latex/{name}.tex"] = latex_table(summary, task, {**ours(rows, task), "preset": _values(
+                rows.loc[rows["task"] == task, "preset"])}).encode()
+            for kind, plot in (("exact_match", plot_exact_match), ("dispersion", plot_dispersion)):
+                files[f"plots/{name}_{kind}.pdf"] = plot(rows, task, io.BytesIO(), summary=summary,
+                                                         fmt="pdf").getvalue()
         table = task_table(summary, task)
         compare = comparison_table(rows, task)
         md += [f"## {task}", "", markdown(table), ""]
@@ -177,11 +209,17 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
         sections.append(html_page.Section(f"task-{name}", task, tuple(blocks)))
     protocol = protocol_table(rows)
     env = [f"device: {_values(rows['device'])}" + (f"; hardware: {hardware}" if hardware else ""),
-           f"lengthgen {_values(rows['lengthgen_version'])}, torch {_values(rows['torch_version'])}",
+           f"lengthgen {_values(rows['lengthgen_version'])}, torch {_values(rows['torch_version'])}; "
+           + _code_line(rows),
            "evaluation: a fixed test set per (task, length), independent of the training seed (paired); "
            "checkpoint selection as in the table (`id` = in-distribution validation, `8x` = at 8×)."]
-    commands = [*sweep_commands(rows, source), *eval_commands(rows, source),
-                leaderboard_command(source, out_name, hardware, title, DEFAULT_TITLE, ablations_source)]
+    steps = [*sweep_commands(rows, source), *eval_commands(rows, source)]
+    if plan:
+        commands = [plan_sweep_command(plan, source), plan_leaderboard_command(source, out_name, plan),
+                    "", "# the same runs step by step (the points the plan chose):", *steps]
+    else:
+        commands = [*steps, leaderboard_command(source, out_name, hardware, title, DEFAULT_TITLE,
+                                                ablations_source)]
     ablation_html: list[str] = []
     if ablations:
         md += ["## What changes the result", "", ABLATIONS_INTRO, ""]
@@ -209,6 +247,20 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     return Rendered(files)
 
 
+def _code_line(rows: pd.DataFrame) -> str:
+    """Which code made the rows: commits (with local changes or not) and numerics versions."""
+    runs = rows.drop_duplicates("run_id")
+    pairs = zip(runs["git_commit"], runs["git_dirty"], strict=True)
+    commits = sorted({c[:10] + (" + local changes" if not is_missing(d) and bool(d) else "")
+                      for c, d in pairs if isinstance(c, str)})
+    unrecorded = int(runs["git_commit"].isna().sum())
+    versions = _values(runs["numerics_version"].dropna().astype(int))
+    parts = [f"code: commit {', '.join(commits)}" if commits else "code: commit not recorded"]
+    if commits and unrecorded:
+        parts.append(f"not recorded for {unrecorded} runs")
+    return "; ".join(parts) + f"; numerics version {versions}"
+
+
 def _values(series: pd.Series) -> str:
     items = sorted({str(v) for v in series.dropna()})
     return ", ".join(items) if items else "—"
@@ -216,7 +268,8 @@ def _values(series: pd.Series) -> str:
 
 def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title: str = DEFAULT_TITLE,
                       source: str = "DIR", hardware: str | None = None, commit: str | None = None,
-                      ablations: str | os.PathLike[str] | None = None) -> list[Path]:
+                      ablations: str | os.PathLike[str] | None = None, plan: str | None = None,
+                      plan_rule: str | None = None, latex: bool = False) -> list[Path]:
     """Render every output, then publish them under ``out`` together (``files.publish``: built in a
     temporary folder, then moved into place); returns the paths.
 
@@ -227,7 +280,9 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
     data = Path(source) / "data" if (Path(source) / "data").is_dir() else Path(source)
     link = os.path.relpath(data, out).replace(os.sep, "/") + ("/" if data.is_dir() else "")
     found = load_ablations(ablations) if ablations is not None else []
+    verified = verification_line(read_report(source), rows["run_id"].dropna().astype(str))
     rendered = render(rows, title=title, source=source, out_name=str(out), hardware=hardware,
                       commit=commit if commit is not None else data_commit(data), data_link=link,
-                      ablations=found, ablations_source=None if ablations is None else str(ablations))
+                      ablations=found, ablations_source=None if ablations is None else str(ablations),
+                      plan=plan, plan_rule=plan_rule, verified=verified, latex=latex)
     return publish(out, rendered.files)

@@ -4,59 +4,51 @@ Every run records ``train_seconds`` and, per evaluated length, ``eval_seconds`` 
 A missing run is estimated from recorded runs of the same task and backend: seconds per training
 step at the same model size and training length, and seconds per test sample at each evaluation
 length it will be tested at. Where nothing comparable was recorded, fewer keys must match (the
-same task and backend at any size, then the task alone); where nothing matches, the estimate is
-unknown and says so.
+same task and backend at any size, then the task alone), and a length that was never recorded is
+scaled from the nearest one; where nothing matches, the estimate is unknown and says so.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from lengthgen.config import RunConfig
 
-
-def _arch(config_json: str) -> str:
-    import json
-
-    try:
-        config = json.loads(config_json)
-        return json.dumps(config["arch"], sort_keys=True)
-    except (TypeError, ValueError, KeyError):
-        return ""
+Table = dict[tuple[str, str, str], dict[int, list[float]]]
 
 
 @dataclass(frozen=True)
 class Timings:
-    """Per-step training and per-sample evaluation seconds of recorded runs, by how alike they are."""
+    """Per-step training and per-sample evaluation seconds of recorded runs, by (task, backend,
+    model size) and length."""
 
-    steps: dict[tuple[str, ...], list[float]]
-    samples: dict[tuple[str, ...], list[float]]
+    steps: Table
+    samples: Table
 
     @classmethod
     def from_rows(cls, rows: pd.DataFrame) -> Timings:
-        steps: dict[tuple[str, ...], list[float]] = {}
-        samples: dict[tuple[str, ...], list[float]] = {}
+        steps: Table = {}
+        samples: Table = {}
         if rows.empty:
             return cls(steps, samples)
         ok = rows[rows["status"] == "ok"]
-        arch = [_arch(c) for c in ok["config_json"]]
-        frame = ok.assign(arch=arch)
+        frame = ok.assign(arch=[_arch(c) for c in ok["config_json"]])
         for _, run in frame.drop_duplicates("run_id").iterrows():
             if pd.notna(run["train_seconds"]) and pd.notna(run["steps"]) and run["steps"] > 0:
-                per = float(run["train_seconds"]) / float(run["steps"])
-                for key in _keys(run["task"], run["attn"], run["arch"], str(int(run["train_length"]))):
-                    steps.setdefault(key, []).append(per)
+                _add(steps, run, int(run["train_length"]), float(run["train_seconds"]) / float(run["steps"]))
         for _, row in frame.iterrows():
             if pd.notna(row["eval_seconds"]) and pd.notna(row["n_samples"]) and row["n_samples"] > 0:
                 per = float(row["eval_seconds"]) / float(row["n_samples"])
-                for key in _keys(row["task"], row["attn"], row["arch"], str(int(row["eval_length"]))):
-                    samples.setdefault(key, []).append(per)
+                _add(samples, row, int(row["eval_length"]), per)
         return cls(steps, samples)
 
     @classmethod
@@ -75,53 +67,61 @@ class Timings:
         return cls.from_rows(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
 
     def train_seconds(self, config: RunConfig) -> float | None:
-        per = _lookup(self.steps, config.task, config.attn, _arch_of(config), str(config.train.train_length))
+        per = _lookup(self.steps, config.task, config.attn, _arch_of(config), config.train.train_length)
         return None if per is None else per * config.train.steps
 
     def eval_seconds(self, config: RunConfig, factors: Iterable[int]) -> float | None:
         total = 0.0
         for factor in factors:
             length = config.train.train_length * factor
-            per = _lookup(self.samples, config.task, config.attn, _arch_of(config), str(length))
+            per = _lookup(self.samples, config.task, config.attn, _arch_of(config), length)
             if per is None:
                 return None
             total += per * _samples(config, length)
         return total
 
 
-def _keys(task: str, attn: str, arch: str, length: str) -> list[tuple[str, ...]]:
+def _keys(task: str, attn: str, arch: str) -> list[tuple[str, str, str]]:
     """From the most to the least specific: what a lookup falls back through."""
-    return [(task, attn, arch, length), (task, attn, "", length), (task, "", "", length)]
+    return [(task, attn, arch), (task, attn, ""), (task, "", "")]
 
 
-def _lookup(table: dict[tuple[str, ...], list[float]], task: str, attn: str, arch: str,
-            length: str) -> float | None:
-    for key in _keys(task, attn, arch, length):
-        if key in table:
-            return statistics.median(table[key])
+def _add(table: Table, row: Any, length: int, seconds: float) -> None:
+    for key in _keys(str(row["task"]), str(row["attn"]), str(row["arch"])):
+        table.setdefault(key, {}).setdefault(length, []).append(seconds)
+
+
+def _lookup(table: Table, task: str, attn: str, arch: str, length: int) -> float | None:
+    """The median at this length, most specific key first; failing that, the nearest recorded
+    length of the most specific key, scaled in proportion to the length (a rough guess)."""
+    keys = [k for k in _keys(task, attn, arch) if k in table]
+    for key in keys:
+        if length in table[key]:
+            return statistics.median(table[key][length])
+    for key in keys:
+        nearest = min(table[key], key=lambda recorded: (abs(math.log(recorded / length)), recorded))
+        return statistics.median(table[key][nearest]) * length / nearest
     return None
 
 
-def _arch_of(config: RunConfig) -> str:
-    import json
+def _arch(config_json: str) -> str:
+    try:
+        return json.dumps(json.loads(config_json)["arch"], sort_keys=True)
+    except (TypeError, ValueError, KeyError):
+        return ""
 
+
+def _arch_of(config: RunConfig) -> str:
     return json.dumps(config.model_dump(mode="json")["arch"], sort_keys=True)
 
 
 def _samples(config: RunConfig, length: int) -> int:
-    return config.eval.samples_at(_sequence_tokens(config.task, json_params(config), length))
-
-
-def json_params(config: RunConfig) -> str:
-    import json
-
-    return json.dumps(config.task_params, sort_keys=True)
+    params = json.dumps(config.task_params, sort_keys=True)
+    return config.eval.samples_at(_sequence_tokens(config.task, params, length))
 
 
 @lru_cache(maxsize=4096)
 def _sequence_tokens(task: str, params: str, length: int) -> int:
-    import json
-
     from lengthgen.harness.evaluate import sequence_tokens
     from lengthgen.tasks import get_task
 

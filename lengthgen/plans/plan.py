@@ -136,6 +136,27 @@ def load_plan(path: str | Path) -> BoardPlan:
         raise UserError(validation_message(exc, f"--plan {path}")) from None
 
 
+def rule_text(plan: BoardPlan) -> str:
+    """How the plan's grids became the board's rows, for the page (the rule this module applies)."""
+    grids = [s for s in plan.sweep if s.grid]
+    if not grids:
+        return "Every sweep of the plan has one setting: each row shows all its seeds."
+    parts = []
+    for sweep in grids:
+        fields = " × ".join(f"{key} {{{', '.join(json.dumps(v) for v in values)}}}"
+                            for key, values in sweep.grid.items())
+        seeds = sweep.screening_seeds()
+        tested = "" if sweep.screen.max_factor is None else f", tested only to {sweep.screen.max_factor}×"
+        parts.append(f"{sweep.name}: {fields} on seed{'s' if len(seeds) > 1 else ''} "
+                     f"{', '.join(map(str, seeds))}{tested}")
+    return ("Two-stage grids. Stage 1 runs every grid point on the screening seed (" + "; ".join(parts)
+            + "). Per task, backend and position scheme, the point with the best in-distribution "
+            "validation exact match on the screening seed (ties: by name) is chosen, never on test data; "
+            "stage 2 runs the remaining seeds there, and every run of the chosen point is evaluated over "
+            "the preset's whole range of factors. The other points keep their screening run alone and show "
+            "as runner-up settings.")
+
+
 def ablations_dir(plan: BoardPlan, plan_path: str | Path) -> Path | None:
     return None if plan.ablations is None else Path(plan_path).parent / plan.ablations
 

@@ -1,0 +1,280 @@
+"""Re-deriving published result rows from their recorded configs (``lengthgen verify``).
+
+A row is a claim: "this config, trained and evaluated by lengthgen, gives these numbers". Every
+row carries its full config, so anyone can retrain the run in a scratch folder, evaluate it at the
+lengths the row set holds (lengths past the config's ``max_factor`` through the same path as
+``lengthgen eval``), and compare, column by column:
+
+- identity and counts (run id, lengths, samples, steps, the selected checkpoint, …) exactly;
+- metrics bitwise when torch, numpy and numba are the versions that made the rows and the
+  processor is the same kind (where the rows record it), else within :data:`TOLERANCE`, with a
+  warning naming what differs (another processor may pick other BLAS kernels, which round
+  differently).
+
+Before any training, the config must hash to the row's ``config_hash`` and run id: an edited
+config is reported as such. A plugin file or module the config names is not imported unless the
+user allows it (``--trust-plugins``): the folder may come from someone else. When rows differ, the
+report names what else differs between the code that made them and this one (commit, local
+changes, numerics version). Rows of evaluation variants (``lengthgen eval --param/--attn``) are
+not re-derived.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import random
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from pydantic import ValidationError
+
+from lengthgen import provenance
+from lengthgen.config import RunConfig
+from lengthgen.errors import UserError
+from lengthgen.files import atomic_write
+from lengthgen.harness.results import check_results_file, load_results, results_files, results_source
+from lengthgen.registry import RegistryError, reading_data
+
+#: Compared exactly: what identifies a row and what was counted.
+IDENTITY: tuple[str, ...] = (
+    "run_id", "task", "attn", "pos", "seed", "preset", "train_length", "eval_length", "factor", "n_samples",
+    "steps", "best_step", "selection", "params", "config_hash", "config_json", "status")
+#: Compared bitwise on the same library versions, else within ``TOLERANCE``.
+METRICS: tuple[str, ...] = (
+    "exact_match", "exact_match_lo", "exact_match_hi", "token_accuracy", "attn_entropy", "attn_support",
+    "val_exact_id", "val_exact_8x")
+#: Largest absolute difference of a metric accepted when library versions differ.
+TOLERANCE = 1e-4
+#: Library versions that decide whether metrics must agree bit for bit.
+LIBRARIES: tuple[str, ...] = ("torch_version", "numpy_version", "numba_version")
+#: The report ``lengthgen verify`` leaves next to the data (the leaderboard page cites it).
+REPORT = "verify.json"
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    run_id: str
+    ok: bool
+    detail: str = ""  # the first difference, or what could not be checked
+    warning: str = ""  # library versions differ, so metrics were compared within the tolerance
+
+    def line(self) -> str:
+        mark = "✓" if self.ok else "✗"
+        text = f"{mark} {self.run_id}" + (f": {self.detail}" if self.detail else "")
+        return text + (f" (warning: {self.warning})" if self.warning else "")
+
+
+def published_runs(path: str | Path) -> dict[str, pd.DataFrame]:
+    """The ok rows of the training task per run, under a run folder, sweep folder or results file."""
+    root = Path(path)
+    if not root.exists():
+        raise UserError(f"no results under {str(path)!r}: no such file or folder")
+    rows = load_results(root / "results.parquet" if (root / "results.parquet").is_file() else root)
+    variant = rows["eval_variant"].fillna("").astype(str)
+    ok = rows[(rows["status"] == "ok") & (variant == "") & rows["factor"].notna()]
+    if ok.empty:
+        raise UserError(f"no evaluated runs under {str(path)!r} to verify")
+    return {str(run): group.sort_values("factor").reset_index(drop=True)
+            for run, group in ok.groupby("run_id", sort=True)}
+
+
+def unusable_runs(path: str | Path) -> dict[str, str]:
+    """Runs whose published rows the reader skips (an edited config, a fraction above 1, …), each
+    with the reason: they cannot be verified, so they count as failed checks."""
+    root = Path(path)
+    source = results_source(root / "results.parquet" if (root / "results.parquet").is_file() else root)
+    found: dict[str, str] = {}
+    for file in results_files(source):
+        for run_id, reason in check_results_file(file).bad_runs.items():
+            found.setdefault(run_id, reason)
+    return found
+
+
+def recorded_config(rows: pd.DataFrame) -> tuple[RunConfig | None, str]:
+    """The run's config, or why it cannot be trusted (it must hash to the rows' hash and run id)."""
+    from lengthgen.harness.run import safe_name
+
+    texts = set(rows["config_json"])
+    if len(texts) != 1:
+        return None, "its rows hold different configs"
+    try:
+        config = RunConfig.model_validate_json(texts.pop())
+    except (ValidationError, ValueError, TypeError) as exc:
+        return None, f"config_json is not a run config ({str(exc).splitlines()[0]})"
+    if set(rows["config_hash"]) != {config.config_hash()}:
+        return None, f"config_json does not hash to config_hash (it hashes to {config.config_hash()})"
+    if set(rows["run_id"]) != {safe_name(config.run_id())}:
+        return None, f"run_id is not the config's ({safe_name(config.run_id())})"
+    return config, ""
+
+
+@reading_data()
+def plugin_problem(config: RunConfig) -> str:
+    """Why this installation cannot re-derive the config without importing code it names, or
+    cannot find its task or backend ("" when it can)."""
+    from lengthgen.attention import ATTENTION
+    from lengthgen.tasks import TASKS
+
+    try:
+        TASKS.get(config.task)
+        ATTENTION.get(config.attn)
+    except RegistryError as exc:
+        return str(exc)
+    return ""
+
+
+@reading_data()  # the names come from the rows: data
+def rederive(config: RunConfig, factors: list[int], work: Path, device: str,
+             threads: int | None) -> pd.DataFrame:
+    """Train the config in ``work`` and evaluate it at ``factors`` (past its ``max_factor`` too)."""
+    from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
+    from lengthgen.harness.run import execute, safe_name
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        rows = execute(config, work, device_name=device, progress=False)
+        extra = [f for f in factors if f > config.eval.max_factor]
+        if extra and (rows["status"] == "ok").all():
+            saved = load_saved_run(work / safe_name(config.run_id()))
+            plan = plan_evaluation(saved, max_factor=max(extra))
+            outcome = run_evaluation(plan, extra, device_name=device, progress=False)
+            rows = pd.concat([rows, outcome.rows], ignore_index=True)
+    finally:
+        torch.set_num_threads(before)
+    return rows
+
+
+def _same(a: Any, b: Any, tolerance: float) -> bool:
+    missing_a, missing_b = _missing(a), _missing(b)
+    if missing_a or missing_b:
+        return missing_a and missing_b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) == float(b) or abs(float(a) - float(b)) <= tolerance
+    return a == b
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def first_difference(published: pd.DataFrame, new: pd.DataFrame, tolerance: float) -> str | None:
+    """The first column that differs, with both values (None: the rows agree)."""
+    new = new[(new["status"] == "ok")].set_index("factor", drop=False)
+    for _, row in published.iterrows():
+        factor = int(row["factor"])
+        if factor not in new.index:
+            failed = "; re-derived run failed" if new.empty else ""
+            return f"{factor}×: no re-derived row{failed}"
+        other = new.loc[factor]
+        for column in (*IDENTITY, *METRICS):
+            mine, theirs = _plain(row[column]), _plain(other[column])
+            if not _same(mine, theirs, tolerance if column in METRICS else 0.0):
+                return f"{factor}×: {column} published {mine!r}, re-derived {theirs!r}"
+    return None
+
+
+def _versions_differ(published: pd.DataFrame) -> str:
+    """What differs between the software and processor that made the rows and this one."""
+    mine = {"torch_version": torch.__version__, **provenance.software()}
+    first = published.iloc[0]
+    changed = [f"{c.removesuffix('_version')} {_plain(first[c])} → {mine[c]}" for c in LIBRARIES
+               if _plain(first[c]) != mine[c]]
+    if isinstance(first["cpu"], str) and first["cpu"] != mine["cpu"]:
+        changed.append(f"processor {first['cpu']} → {mine['cpu']}")
+    return ", ".join(changed)
+
+
+def _code_differs(published: pd.DataFrame) -> str:
+    mine = provenance.software()
+    first = published.iloc[0]
+    names = {"git_commit": "commit", "git_dirty": "local changes", "numerics_version": "numerics version"}
+    changed = [f"{name} {_plain(first[c])} → {mine[c]}" for c, name in names.items()
+               if _plain(first[c]) != mine[c]]
+    return f"; code differs: {', '.join(changed)}" if changed else "; the same code"
+
+
+def check_run(run_id: str, published: pd.DataFrame, work: Path, device: str) -> RunCheck:
+    config, problem = recorded_config(published)
+    problem = problem or (plugin_problem(config) if config is not None else "")
+    if config is None or problem:
+        return RunCheck(run_id, False, problem)
+    warning = _versions_differ(published)
+    threads = published["torch_threads"].dropna()
+    new = rederive(config, [int(f) for f in published["factor"]], work, device,
+                   int(threads.iloc[0]) if not threads.empty else None)
+    difference = first_difference(published, new, TOLERANCE if warning else 0.0)
+    if difference is None:
+        return RunCheck(run_id, True, f"{len(published)} rows", warning)
+    return RunCheck(run_id, False, difference + _code_differs(published), warning)
+
+
+def choose(run_ids: list[str], sample: int | None, seed: int) -> list[str]:
+    """``sample`` runs drawn with a seeded sampler (all of them when ``sample`` is None)."""
+    if sample is None or sample >= len(run_ids):
+        return sorted(run_ids)
+    if sample < 1:
+        raise UserError(f"--sample must be at least 1, got {sample}")
+    return sorted(random.Random(seed).sample(sorted(run_ids), sample))
+
+
+def verify(path: str | Path, *, sample: int | None = None, seed: int = 0, device: str = "cpu",
+           echo: Callable[[str], None] = print) -> list[RunCheck]:
+    """Re-derive the chosen runs under ``path`` and compare; one line per run through ``echo``."""
+    runs = published_runs(path)
+    checks = []
+    for run_id, reason in sorted(unusable_runs(path).items()):  # rows the reader cannot use
+        if run_id not in runs:
+            checks.append(RunCheck(run_id, False, f"published rows unusable: {reason}"))
+            echo(checks[-1].line())
+    with tempfile.TemporaryDirectory(prefix="lengthgen-verify-") as scratch:
+        for run_id in choose(list(runs), sample, seed):
+            check = check_run(run_id, runs[run_id], Path(scratch), device)
+            echo(check.line())
+            checks.append(check)
+    return checks
+
+
+def report_path(path: str | Path) -> Path:
+    """Where a folder's verify report lives: beside its ``data/`` (or in the run folder)."""
+    root = Path(path)
+    return (root if root.is_dir() else root.parent) / REPORT
+
+
+def write_report(path: str | Path, checks: list[RunCheck], total: int) -> Path:
+    """Merge these checks into the folder's report: per run, the latest result, date and code."""
+    target = report_path(path)
+    try:
+        report = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else {}
+    except (OSError, ValueError):
+        report = {}
+    runs = report.get("runs", {}) if isinstance(report.get("runs"), dict) else {}
+    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+    commit = provenance.software()["git_commit"] or "unknown"
+    for check in checks:
+        runs[check.run_id] = {"ok": check.ok, "date": when, "commit": commit[:10], "detail": check.detail,
+                              "warning": check.warning}
+    text = json.dumps({"total_runs": total, "runs": dict(sorted(runs.items()))}, indent=1, sort_keys=True)
+    return atomic_write(target, text + "\n")
+
+
+def read_report(path: str | Path) -> dict[str, Any] | None:
+    """A folder's verify report, or None (missing or unreadable)."""
+    target = report_path(path)
+    try:
+        report = json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) and isinstance(report.get("runs"), dict) else None

@@ -1,0 +1,108 @@
+"""Progress that reads well where it lands: a live bar in a terminal, a few lines in a log.
+
+tqdm redraws its bar with carriage returns, which a terminal overwrites but a log file keeps: one
+1,500-step run wrote thousands of updates into a ``nohup`` log. So without a terminal on stderr,
+a long loop reports a line every tenth of the way or every 30 seconds, whichever comes first, with
+its position, rate and the figures it was given (loss, accuracy); loops meant only for a live
+display (one evaluation length) stay silent there.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Protocol, TextIO
+
+#: A log line at least every this fraction of the loop …
+EVERY_FRACTION = 0.1
+#: … or every this many seconds, whichever comes first.
+EVERY_SECONDS = 30.0
+
+
+class Progress(Protocol):
+    def update(self, n: int = 1) -> None: ...
+    def set_postfix(self, **values: Any) -> None: ...
+    def write(self, line: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class Silent:
+    """No display at all (``--quiet``, or a live-only bar in a log)."""
+
+    def __init__(self, file: TextIO | None = None) -> None:
+        self.file = file
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix(self, **values: Any) -> None:
+        pass
+
+    def write(self, line: str) -> None:
+        print(line, file=self.file or sys.stderr, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class LogLines:
+    """A line now and then, never a carriage return: ``train copy/softmax: 300/1500 steps (20%),
+    11.8 steps/s, loss=0.123``."""
+
+    def __init__(self, total: int, desc: str, unit: str, file: TextIO | None = None) -> None:
+        self.total, self.desc, self.unit = total, desc, unit
+        self.file = file or sys.stderr
+        self.done = self.start_done = 0
+        self.postfix: dict[str, Any] = {}
+        self.start = self.last_time = time.perf_counter()
+        self.last_fraction = 0.0
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.perf_counter()
+        fraction = self.done / self.total if self.total else 1.0
+        due = fraction - self.last_fraction >= EVERY_FRACTION or now - self.last_time >= EVERY_SECONDS
+        if due or fraction >= 1.0:
+            self.last_fraction, self.last_time = fraction, now
+            self.write(self._line(now))
+
+    def _line(self, now: float) -> str:
+        elapsed = max(now - self.start, 1e-9)
+        share = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
+        figures = "".join(f", {k}={v}" for k, v in self.postfix.items())
+        rate = (self.done - self.start_done) / elapsed
+        return f"{self.desc}: {self.done}/{self.total} {self.unit}{share}, {rate:.2g} {self.unit}/s{figures}"
+
+    def set_postfix(self, **values: Any) -> None:
+        self.postfix = {k: v for k, v in values.items() if k != "refresh"}
+
+    def write(self, line: str) -> None:
+        print(line, file=self.file, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def in_terminal(file: TextIO | None = None) -> bool:
+    stream = file or sys.stderr
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def display(total: int, desc: str, *, enabled: bool = True, unit: str = "it", live_only: bool = False,
+            leave: bool = True, initial: int = 0) -> Progress:
+    """A tqdm bar in a terminal; in a log, :class:`LogLines` (or nothing for ``live_only`` loops)."""
+    if not enabled:
+        return Silent()
+    if in_terminal():
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, leave=leave, smoothing=0.1,
+                    initial=initial)
+    if live_only:
+        return Silent()
+    lines = LogLines(total, desc, unit)
+    lines.done = lines.start_done = initial
+    return lines

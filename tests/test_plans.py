@@ -1,0 +1,221 @@
+"""Leaderboard plans: the plan file is checked like every input, ``sweep --plan`` does exactly the
+missing work (screening, the remaining seeds at the point chosen on validation, the evaluation
+extended to the full range) and nothing else, and the board built from a plan shows its runs and
+its commands. The runs are tiny (a few training steps, a handful of test samples)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from lengthgen.cli import app
+from lengthgen.config import RunConfig
+from lengthgen.errors import UserError
+from lengthgen.harness.evaluate import wilson_interval
+from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
+from lengthgen.leaderboard import load_rows
+from lengthgen.leaderboard.rows import prepared, runs, setting_of
+from lengthgen.leaderboard.selection import select_settings
+from lengthgen.plans.estimate import Timings
+from lengthgen.plans.execute import run_plan
+from lengthgen.plans.listing import dry_run_lines
+from lengthgen.plans.plan import blocks, board_run_ids, configs_at, load_plan, survey
+from lengthgen.sweeps import data_path, run_key
+
+REPO = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+TINY = """
+title = "tiny board"
+hardware = "test machine"
+
+[[sweep]]
+name = "ff"
+task = ["flip_flop"]
+attn = ["softmax"]
+seeds = [0, 1]
+grid = {{ "train.lr" = [1e-3, 2e-3] }}
+screen = {{ max_factor = {screen} }}
+[sweep.set]
+"train.steps" = 4
+"train.val_every" = 2
+"train.batch_size" = 8
+"train.val_samples" = 8
+"arch.d_model" = 32
+"arch.d_ff" = 64
+"eval.samples" = 4
+"eval.min_samples" = 4
+"eval.max_factor" = 4
+
+[[sweep]]
+name = "mr"
+task = ["max_retrieval"]
+attn = ["entmax"]
+seeds = [0]
+[sweep.set]
+"train.steps" = 2
+"train.batch_size" = 8
+"train.val_samples" = 8
+"arch.d_model" = 32
+"arch.d_ff" = 64
+"eval.samples" = 4
+"eval.min_samples" = 4
+"eval.max_factor" = 2
+"""
+
+
+def write_plan(tmp_path: Path, screen: int = 1, text: str | None = None) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(textwrap.dedent(text if text is not None else TINY.format(screen=screen)),
+                    encoding="utf-8")
+    return path
+
+
+def ok_factors(out: Path, config: RunConfig) -> list[int]:
+    rows = pd.read_parquet(data_path(out, run_key(config)))
+    return sorted(int(f) for f in rows.loc[rows["status"] == "ok", "factor"])
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['softmax']\ncolour = 'red'\n", "colour"),
+    ("[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['no_such_backend']\n", "no_such_backend"),
+    ("[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['softmax']\nscreen = { max_factor = 2 }\n",
+     "screen needs a grid"),
+    ("[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['softmax']\nseeds = [0, 1]\n"
+     "grid = { 'train.lr' = [1e-3, 2e-3] }\nscreen = { seeds = [5] }\n", "not all in seeds"),
+    ("[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['softmax']\ngrid = { 'train.lr' = [1e-3] }\n",
+     "two or more distinct values"),
+    ("[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['softmax']\n"
+     "[[sweep]]\nname = 'a'\ntask = ['sort']\nattn = ['softmax']\n", "share a name"),
+    ("[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['softmax']\n"
+     "[[sweep]]\nname = 'b'\ntask = ['copy']\nattn = ['softmax']\n", "both make run"),
+    ("[[sweep]\nname = ", "not a valid TOML file"),
+    ("title = 'no sweeps'\n", "sweep"),
+])
+def test_a_bad_plan_is_one_line_and_exit_2(tmp_path: Path, text: str, message: str) -> None:
+    path = write_plan(tmp_path, text=text)
+    with pytest.raises(UserError, match=message):
+        blocks(load_plan(path))
+    result = runner.invoke(app, ["sweep", "--plan", str(path), "--out", str(tmp_path / "out"), "--dry-run"])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_plan_flags_that_the_plan_sets_are_refused(tmp_path: Path) -> None:
+    path = write_plan(tmp_path)
+    result = runner.invoke(app, ["sweep", "--plan", str(path), "--out", str(tmp_path / "o"), "--task", "copy",
+                                 "--set", "train.lr=1e-3"])
+    assert result.exit_code == 2 and "--task, --set" in result.output
+    result = runner.invoke(app, ["sweep", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "--task and --attn (or --plan FILE)" in result.output
+    missing = runner.invoke(app, ["sweep", "--plan", str(tmp_path / "nope.toml"), "--out", "o", "--dry-run"])
+    assert missing.exit_code == 2 and "no such file" in missing.output
+
+
+def test_the_plan_does_the_missing_work_and_nothing_else(tmp_path: Path) -> None:
+    """Screening on seed 0 up to 2x, seed 1 only at the chosen point, every chosen run evaluated to
+    the full 4x, a single-setting sweep as it is; run again, nothing happens."""
+    plan = load_plan(write_plan(tmp_path, screen=2))
+    out = tmp_path / "board"
+    report = run_plan(plan, out, progress=False)
+    assert not report.failed and report.remaining == 0
+    ff, mr = blocks(plan)
+    assert [c.seed for c in ff.screening] == [0, 0] and {c.eval.max_factor for c in ff.screening} == {2}
+    for config in ff.screening:
+        assert ok_factors(out, config)[:2] == [1, 2]
+    # the point the plan chose is the leaderboard's choice, made on the screening runs alone
+    screening_rows = pd.concat([load_rows(data_path(out, run_key(c))) for c in ff.screening])
+    table = runs(prepared(screening_rows))
+    winner = select_settings(table)[("flip_flop", "softmax", "nape")].ranked[0].setting
+    state = survey(plan, out)[0]
+    chosen = configs_at(ff, state.chosen, (0, 1))
+    assert {setting_of(c.canonical_json()) for c in chosen} == {winner}
+    for config in chosen:  # both seeds of the chosen point reach the preset's whole range
+        assert ok_factors(out, config) == [1, 2, 4]
+    loser = next(c for c in ff.screening if run_key(c) not in {run_key(x) for x in chosen})
+    assert ok_factors(out, loser) == [1, 2]  # never tested past the screening factor
+    keys = {p.stem for p in (out / "data").glob("*.parquet")}
+    assert keys == {run_key(c) for c in [*ff.screening, *chosen, *mr.screening]}
+    assert keys == board_run_ids(plan, out)
+    kinds = sorted(d.work.kind for d in report.done)
+    assert kinds == ["extend", "extend", "screen", "screen", "seed", "seed"]
+    again = run_plan(plan, out, progress=False)
+    assert again.done == [] and again.remaining == 0
+    lines = dry_run_lines(survey(plan, out), Timings.from_folders(out))
+    assert lines[-1] == "nothing missing: every run of the plan is recorded"
+
+
+def _fake_run(out: Path, config: RunConfig, val_id: float, test_1x: float) -> None:
+    """A recorded run with a given 1x validation and 1x test exact match (no training)."""
+    lo, hi = wilson_interval(round(test_1x * 4), 4)
+    rows = [{"run_id": run_key(config), "task": config.task, "attn": config.attn, "pos": config.pos,
+             "seed": config.seed, "preset": config.preset, "train_length": config.train.train_length,
+             "eval_length": config.train.train_length * f, "factor": f, "n_samples": 4,
+             "exact_match": test_1x, "exact_match_lo": lo, "exact_match_hi": hi, "steps": config.train.steps,
+             "val_exact_id": val_id, "val_exact_8x": 0.0, "train_seconds": 60.0, "eval_seconds": 2.0,
+             "config_hash": config.config_hash(), "config_json": config.canonical_json(), "status": "ok",
+             "created_at": "2026-01-01T00:00:00+00:00"} for f in config.eval.factors()]
+    write_parquet_atomic(rows_to_frame(rows), data_path(out, run_key(config)))
+
+
+def test_the_choice_is_made_on_validation_never_on_test(tmp_path: Path) -> None:
+    """lr 1e-3 validates better, lr 2e-3 tests better: the remaining seed runs at 1e-3."""
+    plan = load_plan(write_plan(tmp_path, screen=2))
+    out = tmp_path / "board"
+    ff = blocks(plan)[0]
+    low, high = sorted(ff.screening, key=lambda c: c.train.lr)
+    _fake_run(out, low, val_id=0.9, test_1x=0.25)
+    _fake_run(out, high, val_id=0.5, test_1x=1.0)
+    state = survey(plan, out)[0]
+    assert state.chosen == {"train.lr": 1e-3}
+    assert [(w.kind, w.config.seed, w.config.train.lr) for w in state.work] == [("seed", 1, 1e-3)]
+    assert any("no runs/" in line for line in state.blocked)  # the screening run has no model to extend
+    lines = dry_run_lines(survey(plan, out), Timings.from_folders(out))
+    assert any(line.startswith("ff: flip_flop/softmax/nape (chosen train.lr=0.001)") for line in lines)
+    assert any("cannot:" in line and run_key(low) in line for line in lines)
+    # estimates come from the recorded timings: 60 s of training per 4 steps, 2 s per test length (1x, 2x)
+    seed_line = next(line for line in lines if "run flip_flop-softmax-nape-s1" in line)
+    assert seed_line.endswith("~64 s")
+
+
+def test_leaderboard_from_a_plan_shows_its_runs_and_its_commands(tmp_path: Path) -> None:
+    path = write_plan(tmp_path, screen=2)
+    out = tmp_path / "board"
+    run_plan(load_plan(path), out, progress=False)
+    stray = load_rows(data_path(out, run_key(blocks(load_plan(path))[1].screening[0])))
+    stray = stray.assign(run_id="max_retrieval-entmax-nape-s9-00000000", seed=9)
+    write_parquet_atomic(stray, out / "data" / "max_retrieval-entmax-nape-s9-00000000.parquet")
+    page = tmp_path / "page"
+    result = runner.invoke(app, ["leaderboard", str(out), "--plan", str(path), "--out", str(page)])
+    assert result.exit_code == 0, result.output
+    readme = (page / "README.md").read_text(encoding="utf-8")
+    assert readme.startswith("# tiny board") and "hardware: test machine" in readme
+    assert "s9" not in (page / "leaderboard.csv").read_text(encoding="utf-8")  # not a run of the plan
+    reproduce = readme[readme.index("## Reproduce"):]
+    assert f"lengthgen sweep --plan {path} --out {out}\n" in reproduce
+    assert f"lengthgen leaderboard {out} --plan {path} --out {page}\n" in reproduce
+    assert "--max-factor 4" in reproduce  # the step-by-step commands extend the chosen runs
+    assert "Two-stage grids." in readme and "train.lr {0.001, 0.002} on seed 0, tested only to 2×" in readme
+    conflict = runner.invoke(app, ["leaderboard", str(out), "--plan", str(path), "--out", str(page),
+                                   "--title", "x"])
+    assert conflict.exit_code == 2 and "--title" in conflict.output
+
+
+def test_the_published_plan_builds_and_the_board_holds_only_its_runs() -> None:
+    """leaderboard/plan.toml is valid, and every committed board run is one of its runs: the board
+    compares the plan's settings (grids chosen per backend on validation), not hand-tuned runs."""
+    plan = load_plan(REPO / "leaderboard" / "plan.toml")
+    possible: set[str] = set()
+    for block in blocks(plan):
+        possible.update(run_key(c) for c in block.screening)
+        for point in block.sweep.points() or [{}]:
+            possible.update(run_key(c) for c in configs_at(block, point, block.sweep.seeds))
+    committed = {p.stem for p in (REPO / "leaderboard" / "data").glob("*.parquet")}
+    assert committed <= possible, sorted(committed - possible)[:3]
+    assert {b.task for b in blocks(plan)} == {"mqmtar", "copy", "sort", "max_retrieval", "flip_flop"}
+    assert all(len(b.sweep.seeds) == 3 for b in blocks(plan))

@@ -1,0 +1,56 @@
+"""Progress in a log (no terminal): a few plain lines, never carriage returns."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lengthgen import progress
+
+
+def test_a_line_every_tenth_of_the_way_or_every_30_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter(float(t) for t in range(0, 100_000, 1))
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    out = io.StringIO()
+    lines = progress.LogLines(1000, "train copy/softmax", "steps", file=out)
+    for _ in range(1000):  # one second per step: the 30-second rule fires first
+        lines.update(1)
+    text = out.getvalue()
+    assert "\r" not in text
+    written = text.splitlines()
+    assert len(written) == 34 and written[-1].startswith("train copy/softmax: 1000/1000 steps (100%)")
+    quick = io.StringIO()
+    fast = progress.LogLines(1000, "eval", "samples", file=quick)
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: 5.0)  # no time passes: every 10%
+    fast.set_postfix(loss="0.1", refresh=False)
+    for _ in range(1000):
+        fast.update(1)
+    assert len(quick.getvalue().splitlines()) == 10 and quick.getvalue().endswith("loss=0.1\n")
+
+
+def test_progress_is_a_bar_only_in_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(progress, "in_terminal", lambda file=None: False)
+    assert isinstance(progress.display(10, "x"), progress.LogLines)
+    assert isinstance(progress.display(10, "x", live_only=True), progress.Silent)
+    assert isinstance(progress.display(10, "x", enabled=False), progress.Silent)
+
+
+def test_a_run_logged_to_a_file_stays_short(tmp_path: Path) -> None:
+    """`nohup lengthgen run … > log`: one header, a line per tenth of training, the table."""
+    log = tmp_path / "run.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with log.open("w") as handle:
+        done = subprocess.run(
+            [sys.executable, "-c", "from lengthgen.cli import main; main()", "run", "--task", "flip_flop",
+             "--attn", "softmax", "--steps", "200", "--max-factor", "4", "--eval-samples", "16",
+             "--set", "arch.d_model=32", "--set", "arch.d_ff=64", "--out", str(tmp_path / "runs")],
+            stdout=handle, stderr=subprocess.STDOUT, env=env, timeout=600, check=False)
+    text = log.read_text(encoding="utf-8")
+    assert done.returncode == 0, text
+    assert "\r" not in text and len(text.splitlines()) < 25, text
+    assert "train flip_flop/softmax: 200/200 steps (100%)" in text
