@@ -10,9 +10,7 @@ file-system errors alike.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -21,8 +19,10 @@ import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
 
-from lengthgen.errors import UserError, UserNotice
+from lengthgen.console import capture_warnings, one_line, safe_streams
+from lengthgen.errors import UserError
 from lengthgen.files import new_folder
+from lengthgen.paths import file_for_writing, folder_for_writing, input_path
 
 try:  # recent typer runs on its own copy of click: its exceptions are the ones raised here
     from typer import _click as click
@@ -36,10 +36,6 @@ class _NeverRaised(Exception):
 
 #: click ≥ 8.2 shows the help of a bare command through this exception
 _NoArgsIsHelp: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", _NeverRaised)
-
-
-def one_line(text: str) -> str:
-    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
 def error_message(exc: BaseException) -> str | None:
@@ -76,6 +72,9 @@ class OneLineErrors(TyperGroup):
         except (UserError, ValidationError, click.ClickException, OSError) as exc:
             typer.echo(f"error: {one_line(error_message(exc) or exc)}", err=True)
             code = exc.exit_code if isinstance(exc, click.ClickException) else 2
+        except UnicodeError as exc:  # text that is not UTF-8 where no reader named the file
+            typer.echo(f"error: text that is not valid UTF-8 ({exc.reason}); save files as UTF-8", err=True)
+            code = 2
         if not standalone_mode:
             return code
         sys.exit(code)
@@ -91,33 +90,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Length-generalization benchmark for attention: train short, evaluate up to 1024x longer.",
 )
-
-
-def folder_for_writing(path: str, flag: str) -> Path:
-    """``path`` as an output folder, checked before any work starts (it is created later, when
-    the first file is written, so a refused command leaves nothing behind)."""
-    if not path.strip():
-        raise UserError(f"{flag} is empty: give a folder (e.g. {flag} runs)")
-    folder = Path(path)
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UserError(f"{flag} {path}: {probe} is a file, not a folder")
-    if not os.access(probe, os.R_OK | os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {path}: {probe} is not writable (permission denied or read-only)")
-    return folder
-
-
-def file_for_writing(path: str, flag: str) -> Path:
-    """``path`` as an output file: not a folder, in a folder that can be written."""
-    if not path.strip():
-        raise UserError(f"{flag} is empty: give a file name")
-    target = Path(path)
-    if target.is_dir():
-        raise UserError(f"{flag} {path} is a folder: give a file name (e.g. {Path(path) / 'plot.png'})")
-    folder_for_writing(str(target.parent), flag)
-    return target
 
 
 class SampleFormat(str, Enum):
@@ -223,6 +195,7 @@ class Log(str, Enum):
     wandb = "wandb"
 
 
+TRUST_HELP = "Import plugin files (file.py:Class) that recorded configs name: only for folders you trust."
 LOG_HELP = "Stream learning curves and per-length results to tensorboard or wandb (extra: track)."
 
 
@@ -335,48 +308,52 @@ def eval_command(
     device: Device = typer.Option(Device.auto, "--device"),
     log: Log | None = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
 ) -> None:
     """Evaluate saved models at more lengths, on a task variant or with another backend; add the rows
     to their results."""
     from lengthgen.config import parse_assignments
-    from lengthgen.harness.reevaluate import find_saved_runs, plan_evaluation, run_evaluation
+    from lengthgen.harness.reevaluate import plan_runs
+    from lengthgen.registry import trusted_plugins
+    from lengthgen.sweeps import SweepTerminated, sigterm_stops_cleanly
 
-    runs = find_saved_runs(path)
     params = parse_assignments(param, "--param")
     options = parse_assignments(attn_option, "--attn-option")
-    plans = [plan_evaluation(run, max_factor=max_factor, eval_samples=eval_samples, task_params=params,
-                             attn=attn, attn_options=options)
-             for run in runs]
-    _check_run_environment(device, log)
-    failed = 0
-    for plan in plans:
-        todo = plan.factors if redo else plan.missing_factors
-        label = f" [{plan.variant}]" if plan.variant else ""
-        typer.echo(f"eval {plan.run.run_id}{label}: {len(todo)} of {len(plan.factors)} lengths to evaluate "
-                   f"(up to {plan.config.eval.max_factor}x)", err=True)
-        outcome = run_evaluation(plan, todo, device_name=device.value, progress=not quiet,
-                                 log=log.value if log else None)
-        if not outcome.rows.empty:
-            typer.echo(format_table(outcome.rows))
-        for written in outcome.written:
-            typer.echo(f"results: {written}")
-        if outcome.error:
-            failed += 1
-            typer.echo(f"error: evaluation of {plan.run.run_id} stopped: {outcome.error}", err=True)
+    with trusted_plugins([attn], everything=trust_plugins):
+        plans = plan_runs(input_path(path, "PATH"), max_factor=max_factor, eval_samples=eval_samples,
+                          task_params=params, attn=attn, attn_options=options)
+        _check_run_environment(device, log)
+        failed = 0
+        try:
+            with sigterm_stops_cleanly():
+                for plan in plans:
+                    failed += _evaluate_one(plan, redo, device, log, quiet)
+        except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM: the lengths done are saved
+            typer.echo("interrupted: the rows of the lengths evaluated so far are saved; run the same "
+                       "command again to evaluate the rest", err=True)
+            raise typer.Exit(code=143 if isinstance(stop, SweepTerminated) else 130) from None
     if failed:
         raise typer.Exit(code=1)
 
 
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: Any = None, line: str | None = None) -> None:
-    """Warnings for users are one ``warning: ...`` line, no source location."""
-    if issubclass(category, UserNotice):
-        typer.echo(f"warning: {one_line(str(message))}", err=True)
-    else:
-        _default_show_warning(message, category, filename, lineno, file, line)
+def _evaluate_one(plan: Any, redo: bool, device: Device, log: Log | None, quiet: bool) -> int:
+    """Evaluate one planned run, print its rows; 1 when its evaluation stopped on an error."""
+    from lengthgen.harness.reevaluate import run_evaluation
 
-
-_default_show_warning = warnings.showwarning
+    todo = plan.factors if redo else plan.missing_factors
+    label = f" [{plan.variant}]" if plan.variant else ""
+    typer.echo(f"eval {plan.run.run_id}{label}: {len(todo)} of {len(plan.factors)} lengths to evaluate "
+               f"(up to {plan.config.eval.max_factor}x)", err=True)
+    outcome = run_evaluation(plan, todo, device_name=device.value, progress=not quiet,
+                             log=log.value if log else None)
+    if not outcome.rows.empty:
+        typer.echo(format_table(outcome.rows))
+    for written in outcome.written:
+        typer.echo(f"results: {written}")
+    if outcome.error:
+        typer.echo(f"error: evaluation of {plan.run.run_id} stopped: {outcome.error}", err=True)
+        return 1
+    return 0
 
 
 class Launcher(str, Enum):
@@ -420,8 +397,7 @@ def sweep_command(
     from lengthgen import sweeps as sw
     from lengthgen.config import parse_assignments
 
-    if jobs is not None and jobs < 1:
-        raise UserError("--jobs must be at least 1")
+    sw.check_jobs(jobs)
     if plan_file is not None:
         given = [flag for flag, value in (
             ("--task", tasks), ("--attn", attns), ("--pos", positions), ("--seeds", seeds),
@@ -527,9 +503,7 @@ def _load_rows(results: str) -> Any:
     """Result rows under ``results``; a path without any usable results file is a user error."""
     from lengthgen.harness.results import load_results
 
-    if not Path(results).exists():
-        raise UserError(f"no results under {results!r}: no such file or folder")
-    rows = load_results(results)
+    rows = load_results(input_path(results, "RESULTS"))
     if rows.empty:
         raise UserError(f"no usable results under {results!r} (expected DIR/data/*.parquet from a sweep, "
                         "or results.parquet files)")
@@ -579,11 +553,10 @@ def leaderboard_command(
     else:
         rule = None
     if ablations is not None:
-        load_ablations(ablations)  # checked before anything is written
-    with new_folder(out_dir):
-        written = write_leaderboard(rows, out_dir, title=title or DEFAULT_TITLE, source=results,
-                                    hardware=hardware, commit=commit, ablations=ablations, plan=plan_file,
-                                    plan_rule=rule, latex=latex)
+        load_ablations(input_path(ablations, "--ablations"))  # checked before anything is written
+    written = write_leaderboard(rows, out_dir, title=title or DEFAULT_TITLE, source=results,
+                                hardware=hardware, commit=commit, ablations=ablations, plan=plan_file,
+                                plan_rule=rule, latex=latex)
     for path in written:
         typer.echo(str(path))
 
@@ -624,17 +597,20 @@ def verify_command(
                                                               "with --seed [default: all]."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sampler."),
     device: Device = typer.Option(Device.cpu, "--device"),
+    trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
 ) -> None:
     """Retrain runs from their recorded configs and compare every row; exit 1 on any difference."""
     from lengthgen.harness import verify
+    from lengthgen.registry import trusted_plugins
 
     if sample is not None and sample < 1:
         raise UserError(f"--sample must be at least 1, got {sample}")
-    runs = verify.published_runs(path)
+    runs = verify.published_runs(input_path(path, "PATH"))
     _check_run_environment(device, None)
     typer.echo(f"verify: re-deriving {min(sample or len(runs), len(runs))} of {len(runs)} runs under {path}",
                err=True)
-    checks = verify.verify(path, sample=sample, seed=seed, device=device.value, echo=typer.echo)
+    with trusted_plugins(everything=trust_plugins):
+        checks = verify.verify(path, sample=sample, seed=seed, device=device.value, echo=typer.echo)
     report = verify.write_report(path, checks, len(runs))
     bad = [c for c in checks if not c.ok]
     typer.echo(f"verify: {len(checks) - len(bad)} of {len(checks)} runs re-derived identically; "
@@ -644,8 +620,10 @@ def verify_command(
 
 
 def main() -> None:
-    """The ``lengthgen`` script: warnings meant for users print as one line."""
-    warnings.showwarning = _show_warning
+    """The ``lengthgen`` script: output that always encodes (ASCII where the terminal needs it),
+    every warning as one line, shown once."""
+    safe_streams()
+    capture_warnings()
     app()
 
 

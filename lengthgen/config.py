@@ -332,10 +332,19 @@ def build_run_config(
     ``train.train_length`` falls back to the default (L/2). Raises :class:`UserError`.
     """
     from lengthgen.attention import ATTENTION
-    from lengthgen.attention.positions import get_position_scheme
-    from lengthgen.presets import preset_sections
-    from lengthgen.tasks import get_task
+    from lengthgen.attention.positions import POSITION_SCHEMES, get_position_scheme
+    from lengthgen.presets import PRESET_NAMES, preset_sections
+    from lengthgen.tasks import TASKS, get_task
 
+    names = {"task": (task, TASKS.names), "attn": (attn, ATTENTION.names),
+             "pos": (pos, lambda: list(POSITION_SCHEMES)), "preset": (preset, lambda: list(PRESET_NAMES))}
+    for what, (value, valid) in names.items():
+        if not isinstance(value, str) or not value.strip():
+            raise UserError(f"{what} must be a name (text), got {value!r}; valid: {', '.join(valid())}")
+    mappings = {"task_params": task_params, "attn_options": attn_options, "overrides": overrides}
+    for what, given in mappings.items():
+        if given is not None and not (isinstance(given, Mapping) and all(isinstance(k, str) for k in given)):
+            raise UserError(f"{what} must be a mapping of names to values (a dict), got {given!r}")
     sections = preset_sections(task, preset)
     given = _by_section(overrides or {})
     values = {name: {**sections.get(name, {}), **given[name]} for name in SECTIONS}

@@ -3,7 +3,8 @@
 rows (the columns of ``results.parquet``, see the README).
 
 They are the command line's commands as functions: the same ``build_run_config``, the same run
-folders and sweep folders, the same one-line :class:`~lengthgen.errors.UserError` for bad input.
+folders and sweep folders, the same checks of paths (``lengthgen.paths``), the same one-line
+:class:`~lengthgen.errors.UserError` for bad input of any type (``task=3``, ``seeds=5``, ``out=""``).
 Settings are keyword arguments: ``pos``, ``preset``, ``seed``, ``task_params``, ``attn_options``,
 the dedicated ones (``steps``, ``max_factor``, ``train_length``, ``eval_samples``, ``selection``)
 by name, any other config field by its dotted name through a dict, e.g.
@@ -33,8 +34,38 @@ def _settings(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return combine_overrides(flag_overrides(**flags), dotted)
 
 
-def _names(value: str | Sequence[str]) -> tuple[str, ...]:
-    return (value,) if isinstance(value, str) else tuple(value)
+def _names(value: str | Sequence[str], what: str) -> tuple[str, ...]:
+    """One name or a list of names (each checked by ``build_run_config``)."""
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, Sequence):
+        raise UserError(f"{what} must be a name or a list of names, got {value!r}")
+    return tuple(value)
+
+
+def _seeds(value: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or \
+            not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+        raise UserError(f"seeds must be a list of integers (e.g. seeds=[0, 1, 2]), got {value!r}")
+    return tuple(value)
+
+
+def _mapping(value: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise UserError(f"{what} must be a mapping of names to values (a dict), got {value!r}")
+    return dict(value)
+
+
+def _device(device: Any, where_runs_execute: bool = True) -> None:
+    """The device name; resolved here when the runs execute in this process."""
+    from lengthgen.harness.run import DEVICES, resolve_device
+
+    if not isinstance(device, str) or device not in DEVICES:
+        raise UserError(f"unknown device {device!r}; valid devices: {', '.join(DEVICES)}")
+    if where_runs_execute:
+        resolve_device(device)
 
 
 #: Keywords of ``build_run_config`` that the functions pass on by name (the rest are overrides).
@@ -65,10 +96,12 @@ def run(
     """
     from lengthgen.harness.run import execute
     from lengthgen.harness.tracking import check_tracker
+    from lengthgen.paths import folder_for_writing
 
     config = _config(task, attn, dict(settings))
+    _device(device)
     check_tracker(log)
-    return execute(config, out, device_name=device, progress=progress, log=log)
+    return execute(config, folder_for_writing(out, "out"), device_name=device, progress=progress, log=log)
 
 
 def sweep(
@@ -93,15 +126,23 @@ def sweep(
     returns every row of the folder's dataset."""
     from lengthgen import sweeps
     from lengthgen.harness.tracking import check_tracker
+    from lengthgen.paths import folder_for_writing
 
-    spec = sweeps.SweepSpec(tasks=_names(task), attns=_names(attn), positions=_names(pos), seeds=tuple(seeds),
-                            preset=preset, task_params=dict(task_params or {}),
-                            attn_options=dict(attn_options or {}), overrides=_settings(overrides))
+    sweeps.check_jobs(jobs)
+    if launcher not in ("local", "ray"):
+        raise UserError(f"unknown launcher {launcher!r}; valid launchers: local, ray")
+    spec = sweeps.SweepSpec(tasks=_names(task, "task"), attns=_names(attn, "attn"),
+                            positions=_names(pos, "pos"), seeds=_seeds(seeds), preset=preset,
+                            task_params=_mapping(task_params, "task_params"),
+                            attn_options=_mapping(attn_options, "attn_options"),
+                            overrides=_settings(overrides))
     configs = sweeps.validate_spec(spec)
+    _device(device, where_runs_execute=launcher == "local")
     check_tracker(log)
-    sweeps.run_sweep(configs, out, launcher=launcher, device=device, jobs=jobs, retry_failed=retry_failed,
+    folder = folder_for_writing(out, "out")
+    sweeps.run_sweep(configs, folder, launcher=launcher, device=device, jobs=jobs, retry_failed=retry_failed,
                      progress=progress, log=log)
-    return load_results(out)
+    return load_results(folder)
 
 
 def evaluate(
@@ -110,35 +151,49 @@ def evaluate(
     max_factor: int | None = None,
     eval_samples: int | None = None,
     task_params: Mapping[str, Any] | None = None,
+    attn: str | None = None,
+    attn_options: Mapping[str, Any] | None = None,
     redo: bool = False,
     device: str = "auto",
     log: str | None = None,
     progress: bool = False,
+    trust_plugins: bool = False,
 ) -> pd.DataFrame:
-    """Evaluate saved models (a run folder, or every run of a sweep folder) at more lengths or on a
-    task variant, like ``lengthgen eval``; returns the new rows (also merged into the results).
-    Raises :class:`UserError` if an evaluation stops on an error."""
-    from lengthgen.harness.reevaluate import find_saved_runs, plan_evaluation, run_evaluation
+    """Evaluate saved models (a run folder, or every run of a sweep folder) at more lengths, on a
+    task variant or with another backend (``attn``, ``attn_options``), like ``lengthgen eval``;
+    returns the new rows (also merged into the results). A plugin file named by a run's config is
+    imported only with ``trust_plugins=True``. Raises :class:`UserError` if an evaluation stops on
+    an error."""
+    from lengthgen.harness.reevaluate import plan_runs, run_evaluation
     from lengthgen.harness.results import rows_to_frame
     from lengthgen.harness.tracking import check_tracker
+    from lengthgen.paths import input_path
+    from lengthgen.registry import trusted_plugins
 
-    plans = [plan_evaluation(run, max_factor=max_factor, eval_samples=eval_samples, task_params=task_params)
-             for run in find_saved_runs(path)]
-    check_tracker(log)
-    frames = []
-    for plan in plans:
-        outcome = run_evaluation(plan, plan.factors if redo else plan.missing_factors, device_name=device,
-                                 progress=progress, log=log)
-        frames.append(outcome.rows)
-        if outcome.error:
-            raise UserError(f"evaluation of {plan.run.run_id} stopped: {outcome.error}")
+    if attn is not None and not isinstance(attn, str):
+        raise UserError(f"attn must be a backend name (text) or None, got {attn!r}")
+    with trusted_plugins([attn], everything=trust_plugins):
+        plans = plan_runs(input_path(path, "path"), max_factor=max_factor, eval_samples=eval_samples,
+                          task_params=_mapping(task_params, "task_params"), attn=attn,
+                          attn_options=_mapping(attn_options, "attn_options"))
+        _device(device)
+        check_tracker(log)
+        frames = []
+        for plan in plans:
+            outcome = run_evaluation(plan, plan.factors if redo else plan.missing_factors, device_name=device,
+                                     progress=progress, log=log)
+            frames.append(outcome.rows)
+            if outcome.error:
+                raise UserError(f"evaluation of {plan.run.run_id} stopped: {outcome.error}")
     rows = [f for f in frames if not f.empty]
     return pd.concat(rows, ignore_index=True) if rows else rows_to_frame([])
 
 
 def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Every result row under ``path``: a sweep folder (its ``data/``), a run folder, a folder of
-    results files or one Parquet file. Unusable files are skipped with a warning."""
+    results files or one Parquet file. Unusable files and rows are skipped with a warning; a path
+    that does not exist raises :class:`UserError`."""
     from lengthgen.harness.results import load_results as load
+    from lengthgen.paths import input_path
 
-    return load(path)
+    return load(input_path(path, "path"))

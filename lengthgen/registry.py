@@ -4,6 +4,12 @@ Built-ins register with a decorator at import time; separate packages add entrie
 Python entry-point group, discovered lazily on first lookup so a broken plugin never costs
 anything (nor breaks anything) until someone asks for the list. Ad-hoc local variants are
 reachable as ``path/to/file.py:ClassName`` or ``package.module:ClassName`` without packaging.
+
+Names read from a result or run folder are data, and a folder may come from someone else: while
+:func:`reading_data` is active, a ``file.py:Class`` or ``module:Class`` spec is imported only if
+the user named it in this invocation or allowed it (:func:`trusted_plugins`, ``--trust-plugins``);
+otherwise the lookup fails with :class:`UntrustedPluginError`. Installed entry points and
+built-ins resolve as always.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ import importlib.util
 import inspect
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -38,6 +46,46 @@ class DuplicateNameError(RegistryError):
 
 class PluginLoadError(RegistryError):
     """A ``module:Object`` / ``file.py:Object`` spec or an entry point that cannot be used."""
+
+
+class UntrustedPluginError(RegistryError):
+    """A plugin spec named by data (a recorded config) that the user has not allowed."""
+
+
+#: Set while names come from a folder on disk rather than from the user.
+_READING_DATA: ContextVar[bool] = ContextVar("lengthgen_reading_data", default=False)
+#: Specs the user allowed in this invocation; ``None`` in the set means every spec.
+_ALLOWED: ContextVar[frozenset[str | None]] = ContextVar("lengthgen_allowed_plugins", default=frozenset())
+
+
+@contextmanager
+def reading_data() -> Iterator[None]:
+    """Within the block, names come from data: a plugin spec is imported only when allowed."""
+    token = _READING_DATA.set(True)
+    try:
+        yield
+    finally:
+        _READING_DATA.reset(token)
+
+
+@contextmanager
+def trusted_plugins(specs: Iterable[str | None] = (), *, everything: bool = False) -> Iterator[None]:
+    """Within the block, the plugin specs ``specs`` (typed by the user) may be imported while
+    reading data, or every spec with ``everything`` (``--trust-plugins``)."""
+    allowed = {s for s in specs if s is not None and ":" in s} | ({None} if everything else set())
+    token = _ALLOWED.set(_ALLOWED.get() | frozenset(allowed))
+    try:
+        yield
+    finally:
+        _ALLOWED.reset(token)
+
+
+def _check_trusted(kind: str, spec: str) -> None:
+    allowed = _ALLOWED.get()
+    if _READING_DATA.get() and None not in allowed and spec not in allowed:
+        raise UntrustedPluginError(
+            f"{kind} {spec!r} is named by a recorded config, and lengthgen does not import code named "
+            "by data; install it as a package, or pass --trust-plugins if you trust this folder")
 
 
 class PluginWarning(UserNotice):
@@ -179,6 +227,7 @@ class Registry(Generic[T]):
         if name in self._entries:
             return self._entries[name].obj
         if ":" in name:
+            _check_trusted(self.kind, name)
             return load_object(name, self._validate)
         self._ensure_plugins()
         if name in self._entries:

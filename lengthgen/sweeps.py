@@ -202,13 +202,16 @@ def outcome_of(key: str, frame: pd.DataFrame, seconds: float) -> RunOutcome:
 def run_one(config: RunConfig, out: str, device: str = "auto", threads: int | None = None,
             cwd: str | None = None, log: str | None = None) -> tuple[RunOutcome, pd.DataFrame]:
     """Execute one run and record it in the dataset; never raises for a failing run (only for a
-    file system that cannot take its results: no space, no permission).
+    file system that cannot take its results: no space, no permission, and for a
+    :class:`~lengthgen.errors.UserError` that every run would meet, such as a tracker that cannot
+    start). The data file mirrors the run's ``results.parquet``, written under the run's lock, so
+    rows that ``lengthgen eval`` added meanwhile are kept.
 
     Runs in the driver (local, jobs=1), in a pool process (local, jobs>1) or in a Ray worker.
     ``cwd`` lets a worker resolve relative ``file.py:Class`` plugin specs like the driver did.
     """
-    from lengthgen.harness.results import write_parquet_atomic
     from lengthgen.harness.run import execute, record_failure
+    from lengthgen.harness.store import current_rows, run_lock, save_rows
 
     if cwd and os.path.isdir(cwd) and os.getcwd() != cwd:
         os.chdir(cwd)
@@ -217,15 +220,19 @@ def run_one(config: RunConfig, out: str, device: str = "auto", threads: int | No
 
         torch.set_num_threads(threads)
     key = run_key(config)
+    run_dir = Path(out) / "runs" / key
     start = time.perf_counter()
     try:
         frame = execute(config, Path(out) / "runs", device_name=device, progress=False, log=log)
-    except OSError:
+        recorded: Path | None = run_dir / "results.parquet"
+    except (OSError, UserError):
         raise
     except Exception as exc:  # the harness records its own failures; this catches the rest
-        record_failure(Path(out) / "runs" / key, exc)
-        frame = failed_frame(config, exc)
-    write_parquet_atomic(frame, data_path(out, key))
+        record_failure(run_dir, exc)
+        frame, recorded = failed_frame(config, exc), None
+    with run_lock(run_dir):
+        rows = current_rows(recorded) if recorded is not None else None
+        save_rows(data_path(out, key), frame if rows is None or rows.empty else rows, replace_variant="")
     return outcome_of(key, frame, time.perf_counter() - start), frame
 
 
@@ -256,6 +263,8 @@ def launch_local(todo: Sequence[RunConfig], out: str, device: str, jobs: int, on
         for future in as_completed(futures):
             try:
                 outcome = future.result()
+            except UserError:  # the same for every run (a tracker that cannot start): stop
+                raise
             except Exception as exc:  # the worker process died (killed, out of memory)
                 config = futures[future]
                 frame = failed_frame(config, f"worker died: {type(exc).__name__}: {exc}")
@@ -330,6 +339,9 @@ def launch_ray(todo: Sequence[RunConfig], out: str, device: str, jobs: int | Non
                         outcome, frame = ray.get(ref)
                         record_if_missing(config, out, frame)
                     except Exception as exc:  # the task or its worker died (crash, node loss, OOM kill)
+                        cause = getattr(exc, "cause", exc)
+                        if isinstance(cause, UserError):  # the same for every run: stop
+                            raise UserError(str(cause)) from None
                         frame = failed_frame(config, f"ray task died: {type(exc).__name__}: {exc}")
                         record_if_missing(config, out, frame)
                         outcome = outcome_of(run_key(config), frame, 0.0)
@@ -376,6 +388,7 @@ def run_sweep(
     Pass ``report`` to keep the partial counts when a Ctrl-C (KeyboardInterrupt) propagates;
     ``log`` names a tracker for every run (``tensorboard``, ``wandb``).
     """
+    check_jobs(jobs)
     root = str(Path(out).resolve())
     with new_folder(data_dir(root)):
         return _run_sweep(configs, root, launcher, device, jobs, ray_address, retry_failed, progress,
@@ -416,6 +429,12 @@ def _run_sweep(configs: Sequence[RunConfig], root: str, launcher: Launcher, devi
     finally:
         bar.close()
     return report
+
+
+def check_jobs(jobs: Any) -> None:
+    """``jobs`` (runs at once): None for the launcher's default, else a whole number ≥ 1."""
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise UserError(f"jobs (--jobs) must be a whole number of at least 1, got {jobs!r}")
 
 
 def parse_list(text: str, what: str) -> tuple[str, ...]:

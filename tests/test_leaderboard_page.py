@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 from leaderboard_rows import ROWS, make_rows  # tests/ is on sys.path
 
+from lengthgen.harness.results import write_parquet_atomic
 from lengthgen.leaderboard import write_leaderboard
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="no selenium: pip install selenium")
@@ -210,3 +211,54 @@ def test_page_written_next_to_data_links_it(tmp_path: Path) -> None:
     rows = make_rows(ROWS)
     write_leaderboard(rows, tmp_path / "out", source=str(tmp_path), commit="x")
     assert 'href="../"' in (tmp_path / "out" / "leaderboard.html").read_text()
+
+
+# -- result folders are untrusted: hostile strings stay text --------------------------------------
+ALERT_ATTN = "<script>alert(1)</script>"
+ALERT_POS = 'x" onmouseover="alert(2)" data-x="'
+
+
+@pytest.fixture(scope="module")
+def hostile_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A board whose every data string (task, backend, scheme, preset, ablation folder, ABOUT.md,
+    --title, --hardware) tries to run script."""
+    from hostile import SCRIPT, relabel
+
+    root = tmp_path_factory.mktemp("hostile")
+    rows = relabel(make_rows(ROWS), task=SCRIPT, attn=ALERT_ATTN, pos=ALERT_POS, preset=SCRIPT)
+    ablation = root / "abl" / 'a"><img src=x onerror="window.pwned=3">'  # a folder name: no slash
+    write_parquet_atomic(relabel(make_rows({("softmax", 0): [1.0, 0.5]}), attn=SCRIPT),
+                         ablation / "data" / "rows.parquet")
+    (ablation / "ABOUT.md").write_text(f"# {SCRIPT}\n\n**{ALERT_ATTN}** and `{SCRIPT}`.\n", encoding="utf-8")
+    write_leaderboard(rows, root / "out", source=str(root), commit="abc1234", title=SCRIPT,
+                      hardware=ALERT_ATTN, ablations=root / "abl")
+    return (root / "out" / "leaderboard.html").as_uri()
+
+
+def test_hostile_strings_are_shown_as_text_and_never_run(browser: Any, hostile_url: str) -> None:
+    from hostile import SCRIPT
+    from selenium.common.exceptions import NoAlertPresentException
+
+    from lengthgen.leaderboard.safe import slug
+
+    load(browser, hostile_url, 1400)
+    for element in browser.find_elements(By.CSS_SELECTOR, "td, th, h1, h2, h3, nav a, p, li"):
+        browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('mouseover', {bubbles: true}))",
+                               element)
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert  # noqa: B018
+    assert browser.execute_script("return typeof window.pwned") == "undefined"
+    assert browser.execute_script("return document.scripts.length") == 1  # the page's own sorting script
+    assert browser.execute_script(
+        "return Array.from(document.images).every(i => i.src.startsWith('data:image/svg+xml'))")
+    assert browser.execute_script("return document.querySelectorAll('[onmouseover], [onerror]').length") == 0
+    # shown literally where the page names them
+    assert browser.find_element(By.TAG_NAME, "h1").text == SCRIPT
+    (link,) = browser.find_elements(By.CSS_SELECTOR, "nav a")
+    assert link.text == SCRIPT and link.get_attribute("href").endswith(f"#task-{slug(SCRIPT)}")
+    section = browser.find_element(By.ID, f"task-{slug(SCRIPT)}")
+    assert section.find_element(By.TAG_NAME, "h2").text == SCRIPT
+    cells = [td.text for td in section.find_elements(By.CSS_SELECTOR, "tbody:not(.pinned) td")]
+    assert ALERT_ATTN in cells and ALERT_POS in cells
+    assert any(h3.text == SCRIPT for h3 in browser.find_elements(By.TAG_NAME, "h3"))
+    assert console_errors(browser) == []

@@ -8,14 +8,20 @@ would have written. New rows keep the run's identity (``run_id``, ``config_hash`
 for the training task, else the task parameters that differ (``eval_variant=sparse``) and the
 backend or backend options the same weights were evaluated with (``attn=softmax``). They are
 merged into the run's ``results.parquet`` and, inside a sweep folder, into its
-``data/<run_id>.parquet``: a row with the same (run, length, variant) is replaced, never
-duplicated, and each file is rewritten atomically.
+``data/<run_id>.parquet`` after every length, under the run's lock (``lengthgen.harness.store``):
+a row with the same (run, length, variant) is replaced, never duplicated, and rows another writer
+adds meanwhile are kept.
+
+A run folder may come from someone else, so it must say what it holds before anything runs: its
+``config.json`` must hash to the folder's run id, its results must be that run's, and ``model.pt``
+must hold weights of exactly the model the config builds (names and shapes). A plugin file named
+by the config is not imported unless the user allows it (``lengthgen.registry.reading_data``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import math
+import json
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,15 +36,20 @@ import lengthgen
 from lengthgen import provenance
 from lengthgen.config import RunConfig, build_run_config, dotted, parse_value, validation_message
 from lengthgen.errors import UserError, UserNotice
+from lengthgen.files import read_text
 from lengthgen.harness.evaluate import evaluate_length
-from lengthgen.harness.results import conform, read_results_file, rows_to_frame, write_parquet_atomic
-from lengthgen.harness.run import base_row, length_row, plot_run, resolve_device, safe_name
-from lengthgen.harness.tracking import EVAL_FIELDS, open_tracker
+from lengthgen.harness.results import read_results_file, recorded_run_ids, rows_to_frame
+from lengthgen.harness.run import base_row, length_row, plot_run, resolve_device
+from lengthgen.harness.schema import config_hash_of, run_id_of
+from lengthgen.harness.store import ROW_KEY, current_rows, merge_rows, run_lock, save_rows
+from lengthgen.harness.tracking import EVAL_FIELDS, TrackerError, open_tracker
 from lengthgen.model import Transformer
+from lengthgen.registry import reading_data
 from lengthgen.tasks import get_task
 
-#: A row is replaced by a new one with the same values here.
-ROW_KEY: tuple[str, ...] = ("run_id", "eval_length", "eval_variant")
+__all__ = ["ROW_KEY", "EvalOutcome", "EvalPlan", "SavedRun", "find_saved_runs", "load_model",
+           "load_saved_run", "merge_rows", "plan_evaluation", "plan_runs", "run_evaluation", "variant_label"]
+
 #: Columns that describe the trained run, copied from its existing rows into the new ones.
 RUN_COLUMNS: tuple[str, ...] = ("run_id", "task", "attn", "pos", "seed", "preset", "train_length", "steps",
                                 "best_step", "selection", "val_exact_id", "val_exact_8x", "params",
@@ -47,32 +58,48 @@ RUN_COLUMNS: tuple[str, ...] = ("run_id", "task", "attn", "pos", "seed", "preset
 
 @dataclass(frozen=True)
 class SavedRun:
-    """A run folder with a trained model; ``data_file`` is its sweep's data file, if any."""
+    """A run folder with a trained model. ``config_json`` is the recorded config as canonical JSON
+    (its hash is in the run id); ``data_file`` is where its sweep keeps its rows when the folder
+    is in a sweep's ``runs/`` (the rows go there too once the file exists)."""
 
     run_dir: Path
     run_id: str
     config: RunConfig
+    config_json: str
     data_file: Path | None
 
 
 def load_saved_run(run_dir: Path) -> SavedRun:
+    """The run in ``run_dir``, checked to be what its name says (one-line ``UserError`` if not)."""
+    path = run_dir / "config.json"
     try:
-        config = RunConfig.model_validate_json((run_dir / "config.json").read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        raise UserError(validation_message(exc, f"{run_dir / 'config.json'} is not a lengthgen run config")) \
+        recorded = json.loads(read_text(path))
+        config = RunConfig.model_validate(recorded)
+    except ValueError as exc:  # not JSON, or not a run config
+        message = validation_message(exc, "") if isinstance(exc, ValidationError) else str(exc)
+        raise UserError(f"{path} is not a lengthgen run config: {message.lstrip(': ')}".splitlines()[0]) \
             from None
+    canonical = json.dumps(recorded, sort_keys=True, separators=(",", ":"))
+    run_id = run_id_of(config, config_hash_of(canonical))
+    if run_dir.resolve().name != run_id:
+        raise UserError(f"{path} is the config of run {run_id!r}, not of {run_dir.resolve().name!r}: it was "
+                        "edited, or the folder renamed; evaluate the folder its run wrote")
     if not (run_dir / "model.pt").is_file():
         raise UserError(f"{run_dir} has no model.pt: the run failed or stopped before training ended; "
                         "run it again")
-    run_id = safe_name(config.run_id())
-    data_file = run_dir.parent.parent / "data" / f"{run_id}.parquet"
-    in_sweep = run_dir.parent.name == "runs" and data_file.is_file()
-    return SavedRun(run_dir, run_id, config, data_file if in_sweep else None)
+    sweep_data = run_dir.resolve().parent.parent / "data" / f"{run_id}.parquet"
+    data_file = sweep_data if run_dir.resolve().parent.name == "runs" else None
+    for results in (run_dir / "results.parquet", data_file):
+        others = sorted((recorded_run_ids(results) if results is not None else set()) - {run_id})
+        if others:
+            raise UserError(f"{results} holds rows of run {others[0]!r}, not of {run_id!r}: it does not "
+                            "belong to this run; move it away")
+    return SavedRun(run_dir, run_id, config, canonical, data_file)
 
 
 def find_saved_runs(path: str | Path) -> list[SavedRun]:
     """The run at ``path`` (a run folder), or every trained run of a sweep folder (``runs/*``);
-    runs without a model in a sweep are skipped with a warning."""
+    runs of a sweep that cannot be used (no model, an edited config) are skipped with a warning."""
     root = Path(path)
     if not root.is_dir():
         raise UserError(f"{str(path)!r} is not a folder: give a run folder (config.json, model.pt) "
@@ -91,6 +118,31 @@ def find_saved_runs(path: str | Path) -> list[SavedRun]:
     if not runs:
         raise UserError(f"no trained runs under {str(root / 'runs')!r}")
     return runs
+
+
+def plan_runs(path: str | Path, **settings: Any) -> list[EvalPlan]:
+    """:func:`plan_evaluation` of every run under ``path`` (``settings`` as it takes them), before
+    any model is evaluated. A run folder's problem is a ``UserError``; in a sweep folder a broken
+    run is skipped with a warning and the others are planned (when every run fails the same way,
+    a bad setting, that one message is the error)."""
+    runs = find_saved_runs(path)
+    if (Path(path) / "config.json").is_file():
+        return [plan_evaluation(runs[0], **settings)]
+    plans, failures = [], []
+    for run in runs:
+        try:
+            plans.append(plan_evaluation(run, **settings))
+        except TrackerError:
+            raise
+        except UserError as exc:
+            failures.append((run, str(exc)))
+    if not plans and len({message for _, message in failures}) == 1:
+        raise UserError(failures[0][1])
+    for run, message in failures:
+        warnings.warn(f"skipped {run.run_dir}: {message}", UserNotice, stacklevel=2)
+    if not plans:
+        raise UserError(f"no run under {str(Path(path) / 'runs')!r} can be evaluated (see the warnings)")
+    return plans
 
 
 def variant_label(changed: Mapping[str, Any]) -> str:
@@ -117,10 +169,12 @@ class EvalPlan:
     missing_factors: list[int]
 
 
+@reading_data()  # backend and task names come from the run's config: data
 def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_samples: int | None = None,
                     task_params: Mapping[str, Any] | None = None, attn: str | None = None,
                     attn_options: Mapping[str, Any] | None = None) -> EvalPlan:
-    """What evaluating ``run`` with these settings means, checked before any model is loaded.
+    """What evaluating ``run`` with these settings means, checked before any model is evaluated:
+    the settings, and that the saved weights fit the model (names and shapes).
 
     ``attn`` / ``attn_options`` evaluate the same weights with another normalizer or other
     backend options (an ablation, e.g. adaptive temperature without its inference-time
@@ -151,8 +205,7 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
     changed.update({f"attn.{k}": v for k, v in config.attn_options.items()
                     if config.attn != base.attn or base.attn_options.get(k) != v})
     variant = variant_label(changed)
-    if config.attn != base.attn or config.attn_options != base.attn_options:
-        _fitting_state(run, config, Transformer(config.model(evaluated.vocab.size), seed=config.seed))
+    _fitting_state(run, config, Transformer(config.model(evaluated.vocab.size), seed=config.seed))
     factors = config.eval.factors()
     done = _evaluated_factors(run, variant)
     return EvalPlan(run, config, variant, factors, [f for f in factors if f not in done])
@@ -162,6 +215,11 @@ def _existing_rows(path: Path | None) -> pd.DataFrame | None:
     if path is None or not path.is_file():
         return None
     return read_results_file(path)
+
+
+def _quiet_rows(path: Path | None) -> pd.DataFrame | None:
+    """The rows now in ``path``, without repeating the warnings its first read gave."""
+    return None if path is None else current_rows(path)
 
 
 def _evaluated_factors(run: SavedRun, variant: str) -> set[int]:
@@ -179,27 +237,6 @@ def _evaluated_factors(run: SavedRun, variant: str) -> set[int]:
     return found or set()
 
 
-def merge_rows(existing: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
-    """``existing`` with ``new`` added: rows of ``existing`` with a (run, length, variant) of a new
-    row are dropped; the result is sorted by variant, then factor (failed rows without a length
-    last)."""
-    if existing is None or existing.empty:
-        combined = new
-    else:
-        replaced = {tuple(_key_value(v) for v in row) for row in new[list(ROW_KEY)].itertuples(index=False)}
-        keep = [tuple(_key_value(v) for v in row) not in replaced
-                for row in existing[list(ROW_KEY)].itertuples(index=False)]
-        combined = pd.concat([existing[keep], new], ignore_index=True)
-    order = combined.sort_values(["eval_variant", "factor"], kind="mergesort", na_position="last").index
-    return conform(combined.loc[order].reset_index(drop=True))
-
-
-def _key_value(value: Any) -> Any:
-    if isinstance(value, float) and not math.isnan(value) and value.is_integer():
-        return int(value)
-    return value
-
-
 @dataclass
 class EvalOutcome:
     rows: pd.DataFrame
@@ -215,41 +252,74 @@ def load_model(run: SavedRun, config: RunConfig, vocab_size: int, device: torch.
 
 
 def _fitting_state(run: SavedRun, config: RunConfig, model: Transformer) -> dict[str, Any]:
-    """The saved weights, checked to name exactly the parameters of ``model`` (one-line error)."""
+    """The saved weights, checked to be tensors of exactly the parameters of ``model``, with their
+    shapes, saved for the run's own config (one-line error)."""
     path = run.run_dir / "model.pt"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
-    except Exception as exc:  # a truncated file: the user can only redo the run
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated or foreign file: the user can only redo the run
         raise UserError(f"cannot load {path}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
-    own = set(model.state_dict())
-    missing, unexpected = sorted(own - set(state)), sorted(set(state) - own)
-    if missing or unexpected:
-        detail = ", ".join([*(f"missing {k}" for k in missing[:2]),
-                            *(f"unexpected {k}" for k in unexpected[:2])])
-        other = f" with backend {config.attn!r}" if config.attn != run.config.attn else ""
-        raise UserError(f"the weights in {path} do not fit the model{other} ({detail})")
+    state = checkpoint.get("state_dict") if isinstance(checkpoint, dict) else None
+    if not isinstance(state, dict):
+        raise UserError(f"{path} is not a lengthgen checkpoint (no state_dict of weights)")
+    own = model.state_dict()
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    other = f" with backend {config.attn!r}" if config.attn != run.config.attn else ""
+    problems = [*(f"missing {k}" for k in missing[:2]), *(f"unexpected {k}" for k in unexpected[:2])]
+    for name, tensor in own.items():
+        saved = state.get(name)
+        if name in state and not isinstance(saved, torch.Tensor):
+            problems.append(f"{name} is a {type(saved).__name__}, not a tensor")
+        elif isinstance(saved, torch.Tensor) and saved.shape != tensor.shape:
+            problems.append(f"{name} has shape {tuple(saved.shape)}, the model's is {tuple(tensor.shape)}")
+    if problems:
+        raise UserError(f"the weights in {path} do not fit the model{other} ({', '.join(problems[:3])})")
+    saved_config = checkpoint.get("config")
+    try:
+        same = saved_config is None or \
+            RunConfig.model_validate(saved_config).config_hash() == run.config.config_hash()
+    except ValidationError:
+        same = False
+    if not same:
+        raise UserError(f"{path} was saved for another config than {run.run_dir / 'config.json'}; "
+                        "the folder mixes two runs")
     return state
 
 
 def _identity(run: SavedRun, device: torch.device, params: int) -> dict[str, Any]:
     """The run columns of the new rows: copied from the run's own rows, else from its config."""
-    rows = _existing_rows(run.run_dir / "results.parquet")
+    rows = _quiet_rows(run.run_dir / "results.parquet")
     if rows is not None and not rows.empty:
         first = rows.iloc[0]
         row = {column: first[column] for column in RUN_COLUMNS}
     else:
         row = {k: v for k, v in base_row(run.config, device).items() if k in RUN_COLUMNS}
-        row["params"] = params
+        # the config as recorded, whose hash is in the run id (a newer lengthgen may add fields)
+        row.update(params=params, config_json=run.config_json, config_hash=config_hash_of(run.config_json))
     return {**row, "device": device.type, "lengthgen_version": lengthgen.__version__,
             "torch_version": torch.__version__, **provenance.software(),
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
+def _save(run: SavedRun, new: pd.DataFrame) -> list[Path]:
+    """Merge ``new`` into the run's results and (once it exists) its sweep's data file, under the
+    run's lock; returns the files written."""
+    written = []
+    with run_lock(run.run_dir):
+        for path in (run.run_dir / "results.parquet", run.data_file):
+            if path is not None and (path.parent == run.run_dir or path.is_file()):
+                save_rows(path, new)
+                written.append(path)
+    return written
+
+
+@reading_data()  # backend and task names come from the run's config: data
 def run_evaluation(plan: EvalPlan, factors: Sequence[int], *, device_name: str = "auto",
                    progress: bool = True, log: str | None = None) -> EvalOutcome:
     """Evaluate ``plan.run``'s model at L·f for every f in ``factors`` and merge the rows into its
-    results. An error at some length (e.g. out of memory) keeps the rows of the lengths before it
-    and is returned, not raised, so the other runs of a sweep folder still get evaluated."""
+    results after every length (Ctrl-C keeps the lengths done). An error at some length (e.g. out
+    of memory, a plugin that calls ``sys.exit``) keeps the rows of the lengths before it and is
+    returned, not raised, so the other runs of a sweep folder still get evaluated."""
     if not factors:
         return EvalOutcome(rows_to_frame([]))
     run, config = plan.run, plan.config
@@ -258,7 +328,7 @@ def run_evaluation(plan: EvalPlan, factors: Sequence[int], *, device_name: str =
     model = load_model(run, config, task.vocab.size, device)
     identity = _identity(run, device, model.num_parameters())
     rows: list[dict[str, Any]] = []
-    error = None
+    outcome = EvalOutcome(rows_to_frame([]))
     tracker = open_tracker(log, run.run_dir, run.run_id, config.model_dump(mode="json"))
     try:
         for factor in factors:
@@ -266,20 +336,17 @@ def run_evaluation(plan: EvalPlan, factors: Sequence[int], *, device_name: str =
             result = evaluate_length(model, task, length, factor, config.eval, device, progress=progress)
             rows.append({**identity, **length_row(result), "status": "ok", "error": None,
                          "eval_variant": plan.variant})
+            outcome.rows = rows_to_frame(rows)
+            outcome.written += [p for p in _save(run, outcome.rows.tail(1)) if p not in outcome.written]
             tracker.length(length, factor, {k: getattr(result, k) for k in EVAL_FIELDS}, plan.variant)
-    except (Exception, torch.cuda.OutOfMemoryError) as exc:
+    except (Exception, torch.cuda.OutOfMemoryError, SystemExit) as exc:  # SystemExit: a plugin's exit
         if isinstance(exc, OSError):
             raise
-        error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        outcome.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
     finally:
         tracker.close()
-    new = rows_to_frame(rows)
-    outcome = EvalOutcome(new, error=error)
     if rows:
-        for path in (run.run_dir / "results.parquet", run.data_file):
-            if path is not None:
-                merged = merge_rows(_existing_rows(path), new)
-                outcome.written.append(write_parquet_atomic(merged, path))
-                if path.parent == run.run_dir:
-                    plot_run(merged, run.config, run.run_dir)
+        results = _quiet_rows(run.run_dir / "results.parquet")
+        if results is not None:
+            plot_run(results, run.config, run.run_dir)
     return outcome

@@ -1,23 +1,27 @@
 """Results: one long-format row per (run, evaluation length, evaluation variant), in Parquet.
 
 Plots and leaderboards are pure functions of these rows. A run that failed still leaves a row
-(status ``failed`` with its error) so a sweep can report it instead of losing it. Reading is
-forgiving: a truncated, empty or foreign file next to good ones is skipped with a one-line
-warning that names it, so one bad file never hides the others.
+(status ``failed`` with its error) so a sweep can report it instead of losing it. This is the one
+reader of result files (``leaderboard``, ``plot``, ``eval``, ``load_results``): result folders may
+come from someone else, so every row is checked (``lengthgen.harness.schema``) before anything
+uses it. Reading is forgiving: a truncated, empty or foreign file, or bad rows, next to good ones
+are skipped with one warning line per file that names it, so one bad file never hides the others.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from lengthgen import provenance
-from lengthgen.errors import UserNotice
+from lengthgen.errors import UserError, UserNotice
 from lengthgen.files import atomic_write
+from lengthgen.harness.schema import AMOUNTS, COUNTS, FRACTIONS, row_problems
 
 #: Column order of every results table (documented in the README).
 COLUMNS: tuple[str, ...] = (
@@ -32,8 +36,6 @@ COLUMNS: tuple[str, ...] = (
 #: e.g. ``eval_variant``; those are filled in).
 REQUIRED: tuple[str, ...] = ("run_id", "task", "attn", "pos", "seed", "status", "factor", "eval_length",
                              "exact_match", "config_json")
-#: Columns that must never be empty.
-NOT_NULL: tuple[str, ...] = ("run_id", "task", "attn", "status")
 
 
 def rows_to_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -56,34 +58,81 @@ def write_parquet_atomic(frame: pd.DataFrame, path: str | os.PathLike[str]) -> P
     return atomic_write(path, lambda handle: frame.to_parquet(handle, index=False))
 
 
-def _problem(frame: pd.DataFrame) -> str | None:
-    """Why a frame read from disk is not usable as results (None: it is)."""
-    missing = [c for c in REQUIRED if c not in frame.columns]
-    if missing:
-        return f"not a lengthgen results file (no column {', '.join(missing)})"
-    for column in NOT_NULL:
-        if frame[column].isna().any():
-            return f"column {column!r} has empty values"
-    ok = frame[frame["status"] == "ok"]
-    for column in ("factor", "eval_length", "exact_match"):
-        if ok[column].isna().any():
-            return f"an ok row has no {column}"
-    return None
+#: Columns read as numbers once their rows passed the checks (a column with a bad text value was
+#: read as text).
+NUMERIC: tuple[str, ...] = ("seed", "train_length", "eval_length", "factor", "n_samples", *FRACTIONS, *COUNTS,
+                            *AMOUNTS)
 
 
-def read_results_file(path: Path) -> pd.DataFrame | None:
-    """One results file, or None (with a one-line warning naming it) when it is unusable."""
+@dataclass(frozen=True)
+class CheckedFile:
+    """One results file after the checks: its usable rows (None: the file is unusable), the
+    warning line that says what was skipped (None: nothing), and the runs with skipped rows, each
+    with the first reason (how ``lengthgen verify`` names a run whose rows it cannot use)."""
+
+    rows: pd.DataFrame | None
+    warning: str | None = None
+    bad_runs: dict[str, str] = field(default_factory=dict)
+
+
+def check_results_file(path: Path) -> CheckedFile:
+    """Read one results file and check every row (``lengthgen.harness.schema``), warning nobody."""
     try:
         frame = pd.read_parquet(path)
     except Exception as exc:  # truncated, empty, not Parquet, unreadable: pyarrow and OS errors
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        warnings.warn(f"skipped {path}: unreadable ({reason})", UserNotice, stacklevel=2)
-        return None
-    problem = _problem(frame)
-    if problem is not None:
-        warnings.warn(f"skipped {path}: {problem}", UserNotice, stacklevel=2)
-        return None
-    return conform(frame)
+        return CheckedFile(None, f"skipped {path}: unreadable ({reason})")
+    missing = [c for c in REQUIRED if c not in frame.columns]
+    if missing:
+        columns = ", ".join(missing)
+        return CheckedFile(None, f"skipped {path}: not a lengthgen results file (no column {columns})")
+    frame = conform(frame).reset_index(drop=True)
+    bad = [(i, p) for i, p in enumerate(row_problems(frame)) if p is not None]
+    warning, bad_runs = None, {}
+    if bad:
+        first, reason = bad[0]
+        for i, problem in reversed(bad):
+            bad_runs[str(frame["run_id"].iloc[i])] = problem
+        if len(bad) == len(frame):
+            whole = reason if len(frame) == 1 else f"every row is unusable (row {first}: {reason})"
+            return CheckedFile(None, f"skipped {path}: {whole}", bad_runs)
+        warning = f"skipped {path}: {len(bad)} of {len(frame)} rows are unusable (row {first}: {reason})"
+        frame = frame.drop(index=[i for i, _ in bad]).reset_index(drop=True)
+    for column in NUMERIC:
+        if not pd.api.types.is_numeric_dtype(frame[column]):
+            frame[column] = pd.to_numeric(frame[column])
+    return CheckedFile(frame, warning, bad_runs)
+
+
+def read_results_file(path: Path) -> pd.DataFrame | None:
+    """The usable rows of one results file, or None when none is usable.
+
+    A file that cannot be read, or lacks a required column, is skipped with one warning line
+    naming it; rows that fail the checks of ``lengthgen.harness.schema`` are skipped with one
+    warning line for the file, naming the first bad row and its reason.
+    """
+    checked = check_results_file(path)
+    if checked.warning is not None:
+        warnings.warn(checked.warning, UserNotice, stacklevel=2)
+    return checked.rows
+
+
+def recorded_run_ids(path: Path) -> set[str]:
+    """The ``run_id`` values a results file holds, unchecked (empty when it cannot be read): to
+    tell whether a file belongs to a run before its rows are used."""
+    try:
+        ids = pd.read_parquet(path, columns=["run_id"])["run_id"]
+    except Exception:  # missing, truncated, foreign: the reader says why when it reads it
+        return set()
+    return {str(v) for v in ids.dropna()}
+
+
+def results_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The results files under ``path`` (the file itself, or ``*.parquet`` searched recursively),
+    without the dot-prefixed temporary files of an interrupted write."""
+    root = Path(path)
+    files = [root] if root.is_file() else sorted(root.rglob("*.parquet"))
+    return [f for f in files if not f.name.startswith(".")]
 
 
 def read_results(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -92,24 +141,30 @@ def read_results(path: str | os.PathLike[str]) -> pd.DataFrame:
     Dot-prefixed files (temporary files of an interrupted write) are ignored; unusable files are
     skipped with a warning. No usable file gives an empty frame with the results columns.
     """
-    root = Path(path)
-    files = [root] if root.is_file() else sorted(root.rglob("*.parquet"))
-    files = [f for f in files if not f.name.startswith(".")]
-    frames = [frame for f in files if (frame := read_results_file(f)) is not None and not frame.empty]
+    frames = [frame for f in results_files(path) if (frame := read_results_file(f)) is not None
+              and not frame.empty]
     if not frames:
         return rows_to_frame([])
     return pd.concat(frames, ignore_index=True)
+
+
+def results_source(path: str | os.PathLike[str]) -> Path:
+    """What :func:`load_results` reads under ``path``: a sweep folder's ``data/``, else ``path``
+    (a :class:`UserError` when it does not exist)."""
+    root = Path(path)
+    if not root.exists():
+        raise UserError(f"no results under {str(path)!r}: no such file or folder")
+    return root / "data" if (root / "data").is_dir() else root
 
 
 def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Result rows of a sweep folder (its ``data/``), a results folder or one Parquet file.
 
     A sweep folder's ``runs/`` repeats every run's rows, so only ``data/`` is read there.
-    Exact duplicates of a (run, length, evaluation variant) row are dropped; unusable files are
-    skipped with a warning.
+    Exact duplicates of a (run, length, evaluation variant) row are dropped; unusable files and
+    rows are skipped with a warning; a path that does not exist is a :class:`UserError`.
     """
-    root = Path(path)
-    rows = read_results(root / "data" if (root / "data").is_dir() else root)
+    rows = read_results(results_source(path))
     if rows.empty:
         return rows
     key = ["run_id", "factor", "eval_variant", "status"]

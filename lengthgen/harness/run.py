@@ -2,9 +2,11 @@
 
 The run folder holds ``config.json``, ``model.pt``, ``results.parquet`` (one row per evaluation
 length), ``train_history.json`` (the learning curve) and ``accuracy_vs_length.png``. Every file is
-written atomically (``lengthgen.files``); a failed run (NaN loss, out of memory, an exception)
-still writes its rows with ``status = failed`` and its traceback in ``error.txt``, which a later
-successful run of the same config removes.
+written atomically (``lengthgen.files``); a failed run (NaN loss, out of memory, an exception, a
+plugin that calls ``sys.exit``) still writes its rows with ``status = failed`` and its traceback in
+``error.txt``, which a later successful run of the same config removes. The rows are saved after
+every evaluated length (``lengthgen.harness.store``), merged with rows that ``lengthgen eval``
+adds meanwhile; the run replaces only its own training-task rows.
 """
 
 from __future__ import annotations
@@ -28,15 +30,21 @@ from lengthgen.errors import UserError
 from lengthgen.files import atomic_write, new_folder
 from lengthgen.harness.evaluate import LengthResult, evaluate_length
 from lengthgen.harness.plots import plot_accuracy_vs_length
-from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
-from lengthgen.harness.tracking import EVAL_FIELDS, open_tracker
+from lengthgen.harness.results import rows_to_frame
+from lengthgen.harness.store import run_lock, save_rows
+from lengthgen.harness.tracking import EVAL_FIELDS, Tracker, open_tracker
 from lengthgen.harness.train import TrainResult, train
 from lengthgen.model import Transformer
 from lengthgen.tasks import get_task
 from lengthgen.tasks.base import Task
 
+#: The devices a run can ask for.
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+
 
 def resolve_device(name: str) -> torch.device:
+    if name not in DEVICES:
+        raise UserError(f"unknown device {name!r}; valid devices: {', '.join(DEVICES)}")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
@@ -85,8 +93,10 @@ def length_row(result: LengthResult) -> dict[str, Any]:
 
 
 def plot_run(frame: pd.DataFrame, config: RunConfig, run_dir: Path) -> None:
-    if (frame["status"] == "ok").any():
-        plot_accuracy_vs_length(frame[frame["eval_variant"] == ""], run_dir / "accuracy_vs_length.png",
+    """``accuracy_vs_length.png`` of the training task's rows (none yet: no figure)."""
+    training = frame[frame["eval_variant"] == ""]
+    if (training["status"] == "ok").any():
+        plot_accuracy_vs_length(training, run_dir / "accuracy_vs_length.png",
                                 title=f"{config.task}: {config.attn} ({config.pos}), seed {config.seed}")
 
 
@@ -128,19 +138,31 @@ def execute(
     device = resolve_device(device_name)
     base = base_row(config, device)
     with new_folder(Path(out_dir) / base["run_id"]) as run_dir:
-        atomic_write(run_dir / "config.json", config_text(config))
-        (run_dir / "error.txt").unlink(missing_ok=True)  # a stale report of an earlier failure
-        return _train_and_evaluate(config, run_dir, base, device, progress, on_length, log)
+        # the tracker first: one that cannot start leaves no run folder behind (open_tracker
+        # removes what it made; new_folder the folders left empty)
+        tracker = open_tracker(log, run_dir, base["run_id"], config.model_dump(mode="json"))
+        try:
+            atomic_write(run_dir / "config.json", config_text(config))
+            (run_dir / "error.txt").unlink(missing_ok=True)  # a stale report of an earlier failure
+            return _train_and_evaluate(config, run_dir, base, device, progress, on_length, tracker)
+        finally:
+            tracker.close()
+
+
+def save_training_rows(run_dir: Path, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The run's training-task rows so far into its ``results.parquet`` (replacing the ones an
+    earlier attempt left; rows of evaluation variants stay); returns what the file holds."""
+    with run_lock(run_dir):
+        return save_rows(run_dir / "results.parquet", rows_to_frame(rows), replace_variant="")
 
 
 def _train_and_evaluate(
     config: RunConfig, run_dir: Path, base: dict[str, Any], device: torch.device, progress: bool,
-    on_length: Callable[[LengthResult], None] | None, log: str | None,
+    on_length: Callable[[LengthResult], None] | None, tracker: Tracker,
 ) -> pd.DataFrame:
     torch.manual_seed(config.seed)  # only for anything a plugin draws from the global RNG
     rows: list[dict[str, Any]] = []
     trained: TrainResult | None = None
-    tracker = open_tracker(log, run_dir, base["run_id"], config.model_dump(mode="json"))
     try:
         task, model = build(config)
         model.to(device)
@@ -154,17 +176,15 @@ def _train_and_evaluate(
             length = config.train.train_length * factor
             result = evaluate_length(model, task, length, factor, config.eval, device, progress=progress)
             rows.append({**base, **length_row(result), "status": "ok", "error": None})
+            save_training_rows(run_dir, rows)  # kept as it completes: Ctrl-C keeps what is done
             tracker.length(length, factor, {k: getattr(result, k) for k in EVAL_FIELDS})
             if on_length is not None:
                 on_length(result)
-    except (Exception, torch.cuda.OutOfMemoryError) as exc:
+    except (Exception, torch.cuda.OutOfMemoryError, SystemExit) as exc:  # SystemExit: a plugin's exit
         if isinstance(exc, OSError):
             raise  # the disk, not the run: nothing more can be written
         rows.append({**base, "status": "failed", "error": record_failure(run_dir, exc),
                      "train_seconds": trained.seconds if trained else None})
-    finally:
-        tracker.close()
-    frame = rows_to_frame(rows)
-    write_parquet_atomic(frame, run_dir / "results.parquet")
-    plot_run(frame, config, run_dir)
-    return frame
+    saved = save_training_rows(run_dir, rows)
+    plot_run(saved, config, run_dir)
+    return rows_to_frame(rows)

@@ -19,6 +19,7 @@ What is logged, under the same names for both:
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +33,11 @@ _PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 #: Per-length fields of an evaluation result that are logged.
 EVAL_FIELDS: tuple[str, ...] = ("exact_match", "exact_match_lo", "exact_match_hi", "token_accuracy",
                                 "attn_entropy", "attn_support")
+
+
+class TrackerError(UserError):
+    """A tracker that cannot start: every run would fail the same way, so commands stop (a sweep
+    does not record it as a failed run)."""
 
 
 def check_tracker(name: str | None) -> None:
@@ -124,16 +130,21 @@ class WandbTracker(Tracker):
 def open_tracker(name: str | None, run_dir: Path, run_id: str, config: Mapping[str, Any]) -> Tracker:
     """The tracker ``name`` for one run (the no-op :class:`Tracker` when ``name`` is None).
 
-    A tracker that cannot start (W&B online without a login, say) is a one-line ``UserError``.
+    A tracker that cannot start (W&B online without a login, say) is a one-line
+    :class:`TrackerError`, raised before the run writes anything; what the tracker made is removed.
     """
     check_tracker(name)
+    if name is None:
+        return Tracker()
+    made = run_dir / name  # where the tracker writes: removed again if it cannot start
+    existed = made.exists()
     try:
         if name == "tensorboard":
-            return TensorBoardTracker(run_dir / "tensorboard")
-        if name == "wandb":
-            return WandbTracker(run_dir, run_id, config)
+            return TensorBoardTracker(made)
+        return WandbTracker(run_dir, run_id, config)
     except Exception as exc:
+        if not existed:
+            shutil.rmtree(made, ignore_errors=True)
         detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        raise UserError(f"--log {name} could not start ({detail}); for W&B without an account, "
-                        "set WANDB_MODE=offline") from None
-    return Tracker()
+        raise TrackerError(f"--log {name} could not start ({detail}); for W&B without an account, "
+                           "set WANDB_MODE=offline") from None

@@ -12,9 +12,11 @@ lengths the row set holds (lengths past the config's ``max_factor`` through the 
   differently).
 
 Before any training, the config must hash to the row's ``config_hash`` and run id: an edited
-config is reported as such. When rows differ, the report names what else differs between the code
-that made them and this one (commit, local changes, numerics version). Rows of evaluation
-variants (``lengthgen eval --param/--attn``) are not re-derived.
+config is reported as such. A plugin file or module the config names is not imported unless the
+user allows it (``--trust-plugins``): the folder may come from someone else. When rows differ, the
+report names what else differs between the code that made them and this one (commit, local
+changes, numerics version). Rows of evaluation variants (``lengthgen eval --param/--attn``) are
+not re-derived.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from lengthgen import provenance
 from lengthgen.config import RunConfig
 from lengthgen.errors import UserError
 from lengthgen.files import atomic_write
-from lengthgen.harness.results import load_results
+from lengthgen.harness.results import check_results_file, load_results, results_files, results_source
+from lengthgen.registry import RegistryError, reading_data
 
 #: Compared exactly: what identifies a row and what was counted.
 IDENTITY: tuple[str, ...] = (
@@ -82,6 +85,18 @@ def published_runs(path: str | Path) -> dict[str, pd.DataFrame]:
             for run, group in ok.groupby("run_id", sort=True)}
 
 
+def unusable_runs(path: str | Path) -> dict[str, str]:
+    """Runs whose published rows the reader skips (an edited config, a fraction above 1, …), each
+    with the reason: they cannot be verified, so they count as failed checks."""
+    root = Path(path)
+    source = results_source(root / "results.parquet" if (root / "results.parquet").is_file() else root)
+    found: dict[str, str] = {}
+    for file in results_files(source):
+        for run_id, reason in check_results_file(file).bad_runs.items():
+            found.setdefault(run_id, reason)
+    return found
+
+
 def recorded_config(rows: pd.DataFrame) -> tuple[RunConfig | None, str]:
     """The run's config, or why it cannot be trusted (it must hash to the rows' hash and run id)."""
     from lengthgen.harness.run import safe_name
@@ -100,6 +115,22 @@ def recorded_config(rows: pd.DataFrame) -> tuple[RunConfig | None, str]:
     return config, ""
 
 
+@reading_data()
+def plugin_problem(config: RunConfig) -> str:
+    """Why this installation cannot re-derive the config without importing code it names, or
+    cannot find its task or backend ("" when it can)."""
+    from lengthgen.attention import ATTENTION
+    from lengthgen.tasks import TASKS
+
+    try:
+        TASKS.get(config.task)
+        ATTENTION.get(config.attn)
+    except RegistryError as exc:
+        return str(exc)
+    return ""
+
+
+@reading_data()  # the names come from the rows: data
 def rederive(config: RunConfig, factors: list[int], work: Path, device: str,
              threads: int | None) -> pd.DataFrame:
     """Train the config in ``work`` and evaluate it at ``factors`` (past its ``max_factor`` too)."""
@@ -177,7 +208,8 @@ def _code_differs(published: pd.DataFrame) -> str:
 
 def check_run(run_id: str, published: pd.DataFrame, work: Path, device: str) -> RunCheck:
     config, problem = recorded_config(published)
-    if config is None:
+    problem = problem or (plugin_problem(config) if config is not None else "")
+    if config is None or problem:
         return RunCheck(run_id, False, problem)
     warning = _versions_differ(published)
     threads = published["torch_threads"].dropna()
@@ -203,6 +235,10 @@ def verify(path: str | Path, *, sample: int | None = None, seed: int = 0, device
     """Re-derive the chosen runs under ``path`` and compare; one line per run through ``echo``."""
     runs = published_runs(path)
     checks = []
+    for run_id, reason in sorted(unusable_runs(path).items()):  # rows the reader cannot use
+        if run_id not in runs:
+            checks.append(RunCheck(run_id, False, f"published rows unusable: {reason}"))
+            echo(checks[-1].line())
     with tempfile.TemporaryDirectory(prefix="lengthgen-verify-") as scratch:
         for run_id in choose(list(runs), sample, seed):
             check = check_run(run_id, runs[run_id], Path(scratch), device)

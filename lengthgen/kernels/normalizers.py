@@ -77,12 +77,26 @@ class Entmax(Normalizer):
 
 @dataclass(frozen=True, eq=False)
 class Custom(Normalizer):
-    """Any function of score rows (a plugin's ``normalize``): run by the generic paths only."""
+    """Any function of score rows (a plugin's ``normalize``): run by the generic paths only.
+
+    Its output is checked, since a plugin is code the engine cannot vouch for: a tensor of the
+    scores' shape, of a floating-point type, without negative weights (``ValueError`` otherwise,
+    which fails the run instead of scoring integer or negative "probabilities").
+    """
 
     fn: Callable[[Tensor], Tensor]
 
     def probs(self, scores: Tensor) -> Tensor:
-        return self.fn(scores)
+        p = self.fn(scores)
+        if not isinstance(p, Tensor) or p.shape != scores.shape:
+            shape = tuple(p.shape) if isinstance(p, Tensor) else type(p).__name__
+            raise ValueError(f"normalize returned {shape} for scores of shape {tuple(scores.shape)}: it must "
+                             "return weights of the scores' shape")
+        if not p.is_floating_point():
+            raise ValueError(f"normalize returned {p.dtype} weights: they must be floating point")
+        if bool((p < 0).any()):
+            raise ValueError("normalize returned negative weights: probabilities must be ≥ 0")
+        return p
 
 
 def alpha_per_head(normalizer: Entmax, heads: int) -> Tensor:

@@ -4,8 +4,9 @@ Modules, one job each: ``rows`` (reading results, the per-run view), ``stats`` (
 seeds, effective length), ``settings`` (naming settings), ``selection`` (which setting a row shows,
 the paper-protocol run), ``paper`` (the paper's numbers and protocol), ``summary`` (the long table
 of numbers), ``tables`` (table model, Markdown, CSV), ``views`` (what each table shows), ``page``
-(HTML, CSS, JavaScript), ``plots`` (figures), ``reproduce`` (commands) and ``write`` (rendering
-and writing the files).
+(HTML, CSS, JavaScript), ``plots`` (figures), ``reproduce`` (commands), ``safe`` (slugs for
+ids and file names, CSV cells that are never formulas) and ``write`` (rendering and publishing
+the files).
 """
 
 from lengthgen.leaderboard.paper import PAPER_LABEL, PAPER_REPORTED, PROTOCOL_LABEL

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from lengthgen.errors import UserError
+from lengthgen.files import read_text
 from lengthgen.leaderboard.rows import load_rows
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
 from lengthgen.leaderboard.summary import summarize
@@ -36,7 +37,7 @@ class Ablation:
 
 
 def _about(path: Path) -> tuple[str, tuple[str, ...]]:
-    text = path.read_text(encoding="utf-8").strip()
+    text = read_text(path).strip()
     head, _, body = text.partition("\n")
     if not head.startswith("# "):
         raise UserError(f"{path} must start with a '# title' line")

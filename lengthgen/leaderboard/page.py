@@ -150,7 +150,8 @@ def figure(svg: bytes, alt: str, caption: str) -> str:
 
 @dataclass(frozen=True)
 class Section:
-    """One task: its heading id, title, blocks of HTML (tables, figures) in order."""
+    """One task: its heading id (from ``safe.slug``, never a raw name), title, blocks of HTML
+    (tables, figures) in order."""
 
     anchor: str
     title: str
@@ -162,11 +163,11 @@ def page(*, title: str, meta: str, links: Sequence[tuple[str, str]], intro: Sequ
     """The whole document. ``intro`` and ``tail`` are HTML blocks; ``meta`` is plain text."""
     e = html.escape
     link_html = " · ".join(f'<a href="{_attr(href)}">{e(text)}</a>' for text, href in links)
-    nav = " ".join(f'<a href="#{s.anchor}">{e(s.title)}</a>' for s in sections)
+    nav = " ".join(f'<a href="#{_attr(s.anchor)}">{e(s.title)}</a>' for s in sections)
     body = [f"<h1>{e(title)}</h1>", f'<p class="meta">{e(meta)} · {link_html}</p>',
             f"<nav>Tasks: {nav}</nav>", *intro, summary]
     for s in sections:
-        body.append(f'<section id="{s.anchor}"><h2>{e(s.title)}</h2>')
+        body.append(f'<section id="{_attr(s.anchor)}"><h2>{e(s.title)}</h2>')
         body.extend(s.blocks)
         body.append("</section>")
     body.extend(tail)

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from lengthgen.leaderboard.rows import config_dict
+from lengthgen.registry import reading_data
 
 #: What varies inside one ``lengthgen sweep`` command (so it does not split commands).
 GRID_FIELDS = ("seed", "attn", "attn_options", "pos")
@@ -29,6 +30,7 @@ def _recipe_without(config_json: Any, ignore: Sequence[str]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8] if config else ""
 
 
+@reading_data()  # names from data: a plugin file they name is never imported
 def sweep_flags(task: str, config: dict[str, Any],
                 grid: dict[str, tuple[Any, ...]] | None = None) -> tuple[str, ...] | None:
     """The flags that make ``lengthgen sweep`` build ``config`` (bar backend, position, seed):
@@ -62,9 +64,10 @@ def sweep_flags(task: str, config: dict[str, Any],
                 flags.append(f"--set {shlex.quote(f'{section}.{key}={json.dumps(value)}')}")
     for key, values in grid.items():
         flags.append(f"--set {shlex.quote(key + '=' + ','.join(json.dumps(v) for v in values))}")
-    return (f"--preset {preset}", *flags)
+    return (f"--preset {shlex.quote(preset)}", *flags)
 
 
+@reading_data()
 def _changed_options(config: dict[str, Any]) -> dict[str, Any]:
     """The run's backend options that differ from its backend's defaults (``--attn-option``)."""
     from lengthgen.attention import ATTENTION
@@ -137,14 +140,15 @@ def sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
         blocks += [(None, preset) for config, preset in entries if not config]
         for flags, preset in blocks:
             if flags is None:
-                flags = (f"--preset {preset}", "# (recipe not rebuildable here)")
+                flags = (f"--preset {shlex.quote(preset)}", "# (recipe not rebuildable here)")
             groups.setdefault((attns, positions, seeds, *flags), []).append(task)
     commands = []
     for key, tasks in sorted(groups.items(), key=lambda kv: (kv[1], kv[0])):
         attns, pos, seeds, *flags = key
         tail = [f for f in flags if f.startswith("#")]
         flags = [f for f in flags if not f.startswith("#")]
-        parts = ["lengthgen sweep", f"--task {','.join(tasks)}", f"--attn {attns}", f"--pos {pos}",
+        parts = ["lengthgen sweep", f"--task {shlex.quote(','.join(tasks))}", f"--attn {attns}",
+                 f"--pos {shlex.quote(pos)}",
                  f"--seeds {seeds}", *flags, f"--out {shlex.quote(sweep_dir)}", *tail]
         commands.append(" ".join(parts))
     return commands

@@ -10,6 +10,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from lengthgen.registry import reading_data
+
 #: Fields that never distinguish settings on a table row: the row itself shows them.
 ROW_FIELDS = ("task", "attn", "pos", "seed")
 
@@ -53,6 +55,7 @@ def short_label(items: Sequence[str], empty: str) -> str:
     return shown if len(items) <= LABEL_FIELDS else f"{shown}, +{len(items) - LABEL_FIELDS} more"
 
 
+@reading_data()  # names from data: a plugin file they name is never imported
 def preset_config(config: dict[str, Any]) -> dict[str, Any] | None:
     """The config ``lengthgen run`` builds for this run's task, backend, scheme and preset with no
     other flag (backend options at their defaults); None when this installation cannot build it."""

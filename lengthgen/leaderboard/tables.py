@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from lengthgen.leaderboard.safe import neutralise_frame
 from lengthgen.leaderboard.stats import is_missing
 
 
@@ -103,8 +104,9 @@ BOOLEAN_COLUMNS = ("chosen", "effective_length_capped", "effective_length_learne
 
 
 def csv_bytes(summary: pd.DataFrame, columns: Sequence[str]) -> bytes:
-    """The long table with integer columns as integers and floats with six decimals."""
-    table = summary[list(columns)].copy()
+    """The long table with integer columns as integers and floats with six decimals; text cells
+    that a spreadsheet would run as a formula are neutralised (``safe.neutralise``)."""
+    table = neutralise_frame(summary[list(columns)])
     for column in INTEGER_COLUMNS:
         table[column] = table[column].astype("Int64")
     for column in BOOLEAN_COLUMNS:

@@ -36,6 +36,7 @@ from lengthgen.leaderboard.tables import (
     factor_label,
     pct,
 )
+from lengthgen.registry import reading_data
 
 NONE = "—"
 
@@ -272,6 +273,7 @@ def _joined(values: Iterable[Any]) -> str:
     return ", ".join(items) if items else NONE
 
 
+@reading_data()  # names from data: a plugin file they name is never imported
 def _train_range(task: str, config: dict[str, Any]) -> str:
     """The training length range as the harness draws it (default low end: max(task minimum, L/2))."""
     top, low = config["train"]["train_length"], config["train"]["min_train_length"]

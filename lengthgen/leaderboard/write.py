@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lengthgen.files import atomic_write
+from lengthgen.files import publish
 from lengthgen.harness.verify import read_report
 from lengthgen.leaderboard import page as html_page
 from lengthgen.leaderboard.ablations import Ablation, ablation_table
@@ -37,6 +37,7 @@ from lengthgen.leaderboard.reproduce import (
     plan_sweep_command,
     sweep_commands,
 )
+from lengthgen.leaderboard.safe import slug
 from lengthgen.leaderboard.selection import PREDATES
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
 from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
@@ -146,7 +147,7 @@ def _ablation_markdown(ablation: Ablation) -> list[str]:
 
 def _ablation_html(ablation: Ablation) -> list[str]:
     commands = _ablation_commands(ablation)
-    anchor, heading = html_page._attr(ablation.name), html_page.html.escape(ablation.title)
+    anchor, heading = slug(ablation.name), html_page.html.escape(ablation.title)
     return [f'<h3 id="ablation-{anchor}">{heading}</h3>',
             *[f"<p>{_bold(html_page.code_spans(p))}</p>" for p in ablation.paragraphs],
             html_page.html_table(ablation_table(ablation.rows)),
@@ -183,13 +184,14 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     for task in tasks:
         exact = plot_exact_match(rows, task, io.BytesIO(), summary=summary, fmt="svg").getvalue()
         disp = plot_dispersion(rows, task, io.BytesIO(), summary=summary, fmt="svg").getvalue()
-        files[f"plots/{task}_exact_match.svg"] = exact
-        files[f"plots/{task}_dispersion.svg"] = disp
+        name = slug(task)  # a task name is data: never a path
+        files[f"plots/{name}_exact_match.svg"] = exact
+        files[f"plots/{name}_dispersion.svg"] = disp
         if latex:  # for papers: a booktabs table and the figures as PDF
-            files[f"latex/{task}.tex"] = latex_table(summary, task, {**ours(rows, task), "preset": _values(
+            files[f"latex/{name}.tex"] = latex_table(summary, task, {**ours(rows, task), "preset": _values(
                 rows.loc[rows["task"] == task, "preset"])}).encode()
             for kind, plot in (("exact_match", plot_exact_match), ("dispersion", plot_dispersion)):
-                files[f"plots/{task}_{kind}.pdf"] = plot(rows, task, io.BytesIO(), summary=summary,
+                files[f"plots/{name}_{kind}.pdf"] = plot(rows, task, io.BytesIO(), summary=summary,
                                                          fmt="pdf").getvalue()
         table = task_table(summary, task)
         compare = comparison_table(rows, task)
@@ -200,11 +202,11 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
             blocks += ["<h3>The paper's protocol and ours</h3>", html_page.html_table(compare)]
         exact_alt = f"{task}: exact match vs length"
         disp_alt = f"{task}: attention entropy and support vs length"
-        md += [f"![{exact_alt}](plots/{task}_exact_match.svg)", "", f"*{EXACT_CAPTION}*", "",
-               f"![{disp_alt}](plots/{task}_dispersion.svg)", "", f"*{DISPERSION_CAPTION}*", ""]
+        md += [f"![{exact_alt}](plots/{name}_exact_match.svg)", "", f"*{EXACT_CAPTION}*", "",
+               f"![{disp_alt}](plots/{name}_dispersion.svg)", "", f"*{DISPERSION_CAPTION}*", ""]
         blocks += [html_page.figure(exact, exact_alt, EXACT_CAPTION),
                    html_page.figure(disp, disp_alt, DISPERSION_CAPTION)]
-        sections.append(html_page.Section(f"task-{task}", task, tuple(blocks)))
+        sections.append(html_page.Section(f"task-{name}", task, tuple(blocks)))
     protocol = protocol_table(rows)
     env = [f"device: {_values(rows['device'])}" + (f"; hardware: {hardware}" if hardware else ""),
            f"lengthgen {_values(rows['lengthgen_version'])}, torch {_values(rows['torch_version'])}; "
@@ -268,7 +270,8 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
                       source: str = "DIR", hardware: str | None = None, commit: str | None = None,
                       ablations: str | os.PathLike[str] | None = None, plan: str | None = None,
                       plan_rule: str | None = None, latex: bool = False) -> list[Path]:
-    """Render and write every output under ``out`` (atomically, file by file); returns the paths.
+    """Render every output, then publish them under ``out`` together (``files.publish``: built in a
+    temporary folder, then moved into place); returns the paths.
 
     ``commit`` defaults to the last git commit of the data under ``source``; ``ablations`` is a
     folder of ablation sweeps (``lengthgen.leaderboard.ablations``)."""
@@ -282,4 +285,4 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
                       commit=commit if commit is not None else data_commit(data), data_link=link,
                       ablations=found, ablations_source=None if ablations is None else str(ablations),
                       plan=plan, plan_rule=plan_rule, verified=verified, latex=latex)
-    return [atomic_write(Path(out) / name, content) for name, content in sorted(rendered.files.items())]
+    return publish(out, rendered.files)

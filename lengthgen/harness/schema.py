@@ -1,0 +1,218 @@
+"""What a valid results row is: the checks every row read from disk passes before anything uses it.
+
+Result folders may come from someone else (a colleague's sweep, a submission), so a row is data
+to check, never to trust: its types, its ranges (fractions in [0, 1], factors positive integers
+equal to ``eval_length / train_length``), its enumerations (``status``, ``selection``), a parseable
+``created_at``, and a ``config_json`` that is a lengthgen run config. The row must also say what
+that config ran: its ``task``, ``attn``, ``pos``, ``seed`` and ``preset`` are the config's, its
+``config_hash`` is the hash of the recorded JSON and its ``run_id`` is the id that hash gives.
+Validating a config never imports anything: backends and tasks are names here, not code.
+
+:func:`row_problems` gives the reason of every bad row; ``lengthgen.harness.results`` skips those
+rows with one warning per file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import ValidationError
+
+from lengthgen import limits
+from lengthgen.config import RunConfig, validation_message
+
+STATUSES: tuple[str, ...] = ("ok", "failed")
+SELECTIONS: tuple[str, ...] = ("id", "8x")
+#: Columns holding a fraction (a rate or a normalized entropy) when present.
+FRACTIONS: tuple[str, ...] = ("exact_match", "exact_match_lo", "exact_match_hi", "token_accuracy",
+                              "attn_entropy", "val_exact_id", "val_exact_8x")
+#: Rounding slack for fractions computed in floating point (a normalized entropy of a uniform row).
+SLACK = 1e-6
+#: Columns holding a count (non-negative integer) when present.
+COUNTS: tuple[str, ...] = ("steps", "best_step", "params", "numerics_version", "torch_threads")
+#: Columns holding a non-negative finite number when present.
+AMOUNTS: tuple[str, ...] = ("attn_support", "train_seconds", "eval_seconds")
+#: Text columns that may be empty.
+TEXTS: tuple[str, ...] = ("pos", "preset", "eval_variant", "device", "lengthgen_version", "torch_version",
+                          "error", "numpy_version", "numba_version", "git_commit", "cpu")
+#: Columns holding a yes/no when present.
+FLAGS: tuple[str, ...] = ("git_dirty",)
+
+
+class BadRow(ValueError):
+    """Why one row is not usable (the message names the column and the value)."""
+
+
+def _missing(value: Any) -> bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _number(row: dict[str, Any], column: str) -> float | None:
+    """The value as a finite real number, None when missing; bool, text and infinities are refused."""
+    value = row.get(column)
+    if _missing(value):
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(float(value)):
+        raise BadRow(f"{column} {_show(value)} is not a finite number")
+    return float(value)
+
+
+def _integer(row: dict[str, Any], column: str, minimum: int) -> int | None:
+    value = _number(row, column)
+    if value is None:
+        return None
+    if not value.is_integer() or value < minimum:
+        raise BadRow(f"{column} {_show(row[column])} is not an integer ≥ {minimum}")
+    return int(value)
+
+
+def _text(row: dict[str, Any], column: str, required: bool = False) -> str | None:
+    value = row.get(column)
+    if _missing(value):
+        if required:
+            raise BadRow(f"{column} is empty")
+        return None
+    if not isinstance(value, str):
+        raise BadRow(f"{column} {_show(value)} is not text")
+    if required and not value:
+        raise BadRow(f"{column} is empty")
+    return value
+
+
+def _choice(row: dict[str, Any], column: str, choices: tuple[str, ...], required: bool) -> None:
+    value = _text(row, column, required)
+    if value is not None and value not in choices:
+        raise BadRow(f"{column} {_show(value)} is not one of {', '.join(choices)}")
+
+
+@lru_cache(maxsize=4096)
+def recorded_config(config_json: str) -> RunConfig:
+    """The run config a row records (cached: a run's rows share one), or :class:`BadRow`."""
+    try:
+        return RunConfig.model_validate_json(config_json)
+    except ValidationError as exc:
+        raise BadRow(validation_message(exc, "config_json is not a lengthgen run config")) from None
+
+
+def config_hash_of(config_json: str) -> str:
+    """The hash a run records for its config: the first 16 hex digits of SHA-256 of the JSON text."""
+    return hashlib.sha256(config_json.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def run_id_of(config: RunConfig, config_hash: str) -> str:
+    """The run id (folder and data-file name) of a config with this hash."""
+    from lengthgen.harness.run import safe_name
+
+    return safe_name(f"{config.task}-{config.attn}-{config.pos}-s{config.seed}-{config_hash[:8]}")
+
+
+def _identity(row: dict[str, Any]) -> None:
+    """The row names the run its config describes."""
+    text = _text(row, "config_json", required=True)
+    assert text is not None
+    config = recorded_config(text)
+    for column in ("task", "attn", "pos", "preset"):
+        value = row.get(column)
+        if not _missing(value) and value != getattr(config, column):
+            raise BadRow(f"{column} {_show(value)} is not its config's {getattr(config, column)!r}")
+    if _integer(row, "seed", 0) != config.seed:
+        raise BadRow(f"seed {_show(row.get('seed'))} is not its config's {config.seed}")
+    digest = config_hash_of(text)
+    recorded = _text(row, "config_hash")
+    if recorded is not None and recorded != digest:
+        raise BadRow(f"config_hash {_show(recorded)} is not the hash of its config_json ({digest})")
+    if row["run_id"] != run_id_of(config, digest):
+        raise BadRow(f"run_id {_show(row['run_id'])} is not its config's {run_id_of(config, digest)!r}")
+
+
+def _created_at(row: dict[str, Any]) -> None:
+    value = _text(row, "created_at")
+    if value is None:
+        return
+    try:
+        stamp = pd.Timestamp(value)
+    except (ValueError, TypeError, OverflowError):
+        stamp = None
+    if stamp is None or pd.isna(stamp) or stamp.tzinfo is None:
+        raise BadRow(f"created_at {_show(value)} is not a time with a UTC offset (ISO 8601)")
+
+
+def _measurements(row: dict[str, Any]) -> None:
+    """Lengths, factor and the fractions of an evaluation row."""
+    factor = _integer(row, "factor", 1)
+    length = _integer(row, "eval_length", 1)
+    train_length = _integer(row, "train_length", 1)
+    if row["status"] == "ok":
+        present = {"factor": factor, "eval_length": length, "exact_match": row.get("exact_match")}
+        for column, value in present.items():
+            if _missing(value):
+                raise BadRow(f"an ok row has no {column}")
+    if None not in (factor, length, train_length) and factor * train_length != length:  # type: ignore[operator]
+        raise BadRow(f"factor {factor} is not eval_length / train_length ({length} / {train_length})")
+    _integer(row, "n_samples", 1)
+    limits_of = {column: 1 + (SLACK if column == "attn_entropy" else 0) for column in FRACTIONS}
+    for column, top in limits_of.items():
+        value = _number(row, column)
+        if value is not None and not 0 <= value <= top:
+            raise BadRow(f"{column} {_show(row[column])} is not a fraction in [0, 1]")
+    for column in COUNTS:
+        _integer(row, column, 0)
+    for column in AMOUNTS:
+        value = _number(row, column)
+        if value is not None and value < 0:
+            raise BadRow(f"{column} {_show(row[column])} is negative")
+
+
+def _labels(row: dict[str, Any]) -> None:
+    """Text columns are text, the enumerations hold one of their values, the seed is a seed."""
+    for column in ("run_id", "task", "attn"):
+        _text(row, column, required=True)
+    _choice(row, "status", STATUSES, True)
+    for column in TEXTS:
+        _text(row, column)
+    _choice(row, "selection", SELECTIONS, False)
+    for column in FLAGS:
+        value = row.get(column)
+        if not _missing(value) and not isinstance(value, (bool, np.bool_)):
+            raise BadRow(f"{column} {_show(value)} is not true or false")
+    seed = _integer(row, "seed", 0)
+    if seed is None:
+        raise BadRow("seed is empty")
+    if seed > limits.MAX_SEED:
+        raise BadRow(f"seed {seed} is not a seed (an integer from 0 to {limits.MAX_SEED:,})")
+
+
+#: The checks, in the order their reasons are reported.
+CHECKS: tuple[Callable[[dict[str, Any]], None], ...] = (_labels, _measurements, _created_at, _identity)
+
+
+def row_problem(row: dict[str, Any]) -> str | None:
+    """Why ``row`` (column → value) is not a usable results row; None when it is."""
+    for check in CHECKS:
+        try:
+            check(row)
+        except BadRow as exc:
+            return str(exc)
+    return None
+
+
+def row_problems(frame: pd.DataFrame) -> list[str | None]:
+    """:func:`row_problem` of every row of ``frame``, in order."""
+    columns = list(frame.columns)
+    return [row_problem(dict(zip(columns, values, strict=True)))
+            for values in frame.itertuples(index=False, name=None)]

@@ -1,0 +1,61 @@
+"""Helpers for the tests of untrusted result folders: rows relabelled consistently (so they pass
+the reader and reach the outputs), a payload plugin file that leaves a mark when imported, and a
+tiny trained run to tamper with."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lengthgen.config import RunConfig, build_run_config
+from lengthgen.harness.schema import config_hash_of, run_id_of
+
+#: Strings an adversarial result folder might carry.
+SCRIPT = 'x"><img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
+TRAVERSAL = "../../../../tmp/x/PWNED"
+FORMULAS = ('=HYPERLINK("http://x","y")', '=cmd|"/c calc"!A1', "+1+1", "@SUM(1)", "-2+3")
+
+#: A run that trains and evaluates in a few seconds on a shared 2-core CPU.
+TINY: dict[str, Any] = {"train.steps": 4, "train.batch_size": 8, "train.val_samples": 8, "train.val_every": 2,
+                        "train.train_length": 6, "arch.d_model": 32, "arch.d_ff": 64, "eval.samples": 8,
+                        "eval.min_samples": 4, "eval.max_factor": 2}
+
+
+def relabel(rows: pd.DataFrame, **fields: Any) -> pd.DataFrame:
+    """``rows`` with config fields (``task``, ``attn``, ``pos``, ``preset``) changed in their
+    config_json and everywhere a row names them (columns, config_hash, run_id), as a folder
+    written by someone else could hold them."""
+    out = rows.copy()
+    for i, text in enumerate(rows["config_json"]):
+        config = {**json.loads(text), **fields}
+        canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
+        digest = config_hash_of(canonical)
+        out.loc[out.index[i], ["config_json", "config_hash", "run_id"]] = [
+            canonical, digest, run_id_of(RunConfig.model_validate(config), digest)]
+        for name, value in fields.items():
+            if name in out.columns:
+                out.loc[out.index[i], name] = value
+    return out
+
+
+def payload_plugin(folder: Path, marker: Path) -> str:
+    """A backend file that writes ``marker`` when imported (a softmax otherwise); its spec."""
+    path = folder / "payload.py"
+    path.write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        Path({str(marker)!r}).write_text("imported")
+        from lengthgen.attention.softmax_family import Softmax
+
+        class Payload(Softmax):
+            name = "payload"
+            description = "softmax that marks its import"
+        """))
+    return f"{path}:Payload"
+
+
+def tiny_config(task: str = "copy", attn: str = "softmax", **overrides: Any) -> RunConfig:
+    return build_run_config(task, attn, overrides={**TINY, **overrides})

@@ -1,0 +1,327 @@
+"""Run folders are untrusted input (evaluating them): a config never imports the code it names,
+a folder must be what its name says, broken runs of a sweep are skipped, and no writer loses
+another's rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from hostile import TINY, payload_plugin, tiny_config  # tests/ is on sys.path
+from typer.testing import CliRunner
+
+from lengthgen.cli import app
+from lengthgen.errors import UserNotice
+from lengthgen.harness import reevaluate
+from lengthgen.harness import run as harness_run
+from lengthgen.harness.run import config_text, execute, save_training_rows
+from lengthgen.harness.store import run_lock, save_rows
+from lengthgen.kernels.engine import attend
+from lengthgen.kernels.normalizers import Custom
+from lengthgen.model import Transformer
+from lengthgen.tasks import get_task
+
+runner = CliRunner()
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+REPO = Path(__file__).resolve().parents[1]
+
+
+def one_line_exit_2(result: object, expected: str) -> None:
+    lines = result.stderr.strip().splitlines()  # type: ignore[attr-defined]
+    assert result.exit_code == 2, result.output  # type: ignore[attr-defined]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command in a fresh process (nothing imported before it)."""
+    return subprocess.run([sys.executable, "-m", "lengthgen.cli", *args], capture_output=True, text=True,
+                          env=ENV, timeout=300)
+
+
+def evaluate(*args: str) -> object:
+    return runner.invoke(app, ["eval", *args, "--quiet"])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny trained run (copy, softmax, evaluated at 1x and 2x); tests tamper with copies."""
+    out = tmp_path_factory.mktemp("trained")
+    frame = execute(tiny_config(), out, progress=False)
+    return out / frame["run_id"].iloc[0]
+
+
+@pytest.fixture
+def run_dir(trained: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / trained.name
+    shutil.copytree(trained, copy)
+    return copy
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+# -- row 4: a config that names a payload file never executes it ---------------------------------
+def test_a_config_naming_a_payload_file_never_executes_it(tmp_path: Path) -> None:
+    marker = tmp_path / "payload-ran"
+    spec = payload_plugin(tmp_path, marker)
+    frame = execute(tiny_config(attn=spec), tmp_path / "runs", progress=False)  # the author's machine
+    run = tmp_path / "runs" / frame["run_id"].iloc[0]
+    assert marker.is_file() and (frame["status"] == "ok").all()
+    marker.unlink()
+    # someone else evaluates the folder, or publishes its rows: in fresh processes
+    done = cli("eval", str(run), "--max-factor", "4")
+    assert done.returncode == 2 and not marker.exists(), done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: attention backend") and "--trust-plugins" in line
+    board = cli("leaderboard", str(run), "--out", str(tmp_path / "board"))
+    assert board.returncode == 0 and not marker.exists(), board.stderr
+    verified = cli("verify", str(run))  # re-deriving the run would import it: not without consent
+    assert verified.returncode == 1 and not marker.exists(), verified.stderr
+    assert "--trust-plugins" in next(line for line in verified.stdout.splitlines() if line.startswith("✗"))
+    # the user who trusts the folder says so
+    trusted = cli("eval", str(run), "--max-factor", "4", "--trust-plugins", "--quiet")
+    assert trusted.returncode == 0 and marker.is_file(), trusted.stderr
+    assert sorted(pd.read_parquet(run / "results.parquet")["factor"]) == [1, 2, 4]
+
+
+# -- row 6: a row says what was evaluated ----------------------------------------------------------
+EDITS = {
+    "task": lambda c: {**c, "task": "sort"},
+    "pos": lambda c: {**c, "pos": "rope"},
+    "heads": lambda c: {**c, "arch": {**c["arch"], "n_heads": 2 * c["arch"]["n_heads"]}},
+    "attn": lambda c: {**c, "attn": "entmax", "attn_options": {"alpha": 1.5}},
+}
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_an_edited_config_is_refused(run_dir: Path, edit: str) -> None:
+    path = run_dir / "config.json"
+    path.write_text(json.dumps(EDITS[edit](json.loads(path.read_text())), indent=2))
+    before = (run_dir / "results.parquet").read_bytes()
+    one_line_exit_2(evaluate(str(run_dir), "--max-factor", "4"), "was edited, or the folder renamed")
+    assert (run_dir / "results.parquet").read_bytes() == before
+
+
+def test_results_of_another_run_are_refused(run_dir: Path) -> None:
+    rows = pd.read_parquet(run_dir / "results.parquet").assign(run_id="zzz")
+    rows.to_parquet(run_dir / "results.parquet")
+    one_line_exit_2(evaluate(str(run_dir), "--max-factor", "4"), "holds rows of run 'zzz'")
+    assert set(pd.read_parquet(run_dir / "results.parquet")["run_id"]) == {"zzz"}  # untouched
+
+
+# -- row 7: weights must fit the config ------------------------------------------------------------
+def test_weights_of_other_shapes_are_refused(run_dir: Path) -> None:
+    saved = torch.load(run_dir / "model.pt", weights_only=True)
+    vocab = get_task("copy").vocab.size
+    wider = Transformer(tiny_config(**{"arch.d_model": 64}).model(vocab), seed=0).state_dict()
+    assert set(wider) == set(saved["state_dict"])  # the same names: only the shapes differ
+    torch.save({**saved, "state_dict": wider}, run_dir / "model.pt")
+    one_line_exit_2(evaluate(str(run_dir), "--max-factor", "4"), "has shape")
+    torch.save({**saved, "state_dict": {k: 1 for k in saved["state_dict"]}}, run_dir / "model.pt")
+    one_line_exit_2(evaluate(str(run_dir), "--max-factor", "4"), "is a int, not a tensor")
+    other = tiny_config(**{"train.lr": 5e-4}).model_dump(mode="json")
+    torch.save({**saved, "config": other}, run_dir / "model.pt")
+    one_line_exit_2(evaluate(str(run_dir), "--max-factor", "4"), "was saved for another config")
+
+
+# -- row 8: one broken run of a sweep does not stop the others -------------------------------------
+def test_a_broken_run_of_a_sweep_is_skipped(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    flags = ["--steps", "4", "--max-factor", "2", "--train-length", "6", "--eval-samples", "4",
+             *[f for k, v in TINY.items() if k.startswith("arch.") for f in ("--set", f"{k}={v}")],
+             "--set", "train.batch_size=8", "--set", "train.val_samples=8", "--quiet"]
+    made = runner.invoke(app, ["sweep", "--task", "copy", "--attn", "softmax", "--seeds", "0,1,2", *flags,
+                               "--out", str(sweep)])
+    assert made.exit_code == 0, made.output
+    runs = sorted((sweep / "runs").iterdir())
+    broken = runs[0] / "model.pt"
+    broken.write_bytes(broken.read_bytes()[:100])  # truncated
+    with pytest.warns(UserNotice) as caught:
+        result = evaluate(str(sweep), "--max-factor", "4")
+    assert result.exit_code == 0, result.output
+    (warning,) = [str(w.message) for w in caught]
+    assert warning.startswith(f"skipped {runs[0]}: cannot load {broken}")
+    for run in runs[1:]:  # the runs after the broken one are evaluated
+        assert sorted(pd.read_parquet(run / "results.parquet")["factor"]) == [1, 2, 4]
+        assert sorted(pd.read_parquet(sweep / "data" / f"{run.name}.parquet")["factor"]) == [1, 2, 4]
+    assert sorted(pd.read_parquet(runs[0] / "results.parquet")["factor"]) == [1, 2]
+    one_line_exit_2(evaluate(str(sweep), "--max-factor", "6"), "power of two")  # a bad setting: one line
+    for run in runs:  # nothing usable left: exit 2
+        (run / "model.pt").unlink()
+    with pytest.warns(UserNotice):
+        one_line_exit_2(evaluate(str(sweep), "--max-factor", "8"), "no trained runs under")
+
+
+# -- row 9: writers of one run's rows merge under its lock ----------------------------------------
+def test_a_run_saving_its_rows_keeps_the_rows_eval_added(run_dir: Path) -> None:
+    assert evaluate(str(run_dir), "--attn", "ssmax").exit_code == 2  # weights do not fit: nothing added
+    result = evaluate(str(run_dir), "--attn-option", "alpha=1.5", "--attn", "entmax")
+    assert result.exit_code == 0, result.output
+    variant = pd.read_parquet(run_dir / "results.parquet")
+    assert set(variant["eval_variant"]) == {"", "attn=entmax,attn.alpha=1.5"}
+    training = variant[variant["eval_variant"] == ""].to_dict("records")
+    saved = save_training_rows(run_dir, training)  # the run (or its sweep) writing its rows again
+    assert len(saved) == len(variant) and set(saved["eval_variant"]) == set(variant["eval_variant"])
+
+
+def test_eval_waits_for_the_run_lock_and_merges(run_dir: Path) -> None:
+    """While a writer holds the run's lock, eval waits; then its rows join the writer's."""
+    command = [sys.executable, "-m", "lengthgen.cli", "eval", str(run_dir), "--attn", "entmax", "--quiet"]
+    with run_lock(run_dir):
+        process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+        time.sleep(12)  # eval plans, evaluates its first length, then waits for the lock
+        assert process.poll() is None, process.communicate()
+        rows = pd.read_parquet(run_dir / "results.parquet")
+        assert set(rows["eval_variant"]) == {""}  # nothing written while the lock is held
+        extra = rows.assign(eval_length=rows["eval_length"] * 4, factor=rows["factor"] * 4)
+        save_rows(run_dir / "results.parquet", extra)  # the holder adds rows of its own
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err
+    final = pd.read_parquet(run_dir / "results.parquet")
+    assert sorted(final.loc[final["eval_variant"] == "", "factor"]) == [1, 2, 4, 8]
+    assert sorted(final.loc[final["eval_variant"] != "", "factor"]) == [1, 2]
+
+
+# -- row 10: Ctrl-C keeps the lengths done --------------------------------------------------------
+def interrupt_on_call(module: object, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    real, calls = module.evaluate_length, {"n": 0}  # type: ignore[attr-defined]
+
+    def evaluate_length(*args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "evaluate_length", evaluate_length)
+
+
+def test_ctrl_c_during_eval_keeps_the_lengths_done(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    interrupt_on_call(reevaluate, 2, monkeypatch)
+    result = evaluate(str(run_dir), "--max-factor", "8")
+    assert result.exit_code == 130 and "interrupted: the rows of the lengths evaluated so far are saved" \
+        in result.stderr
+    assert sorted(pd.read_parquet(run_dir / "results.parquet")["factor"]) == [1, 2, 4]
+
+
+def test_sigterm_during_eval_keeps_the_lengths_done(run_dir: Path) -> None:
+    command = [sys.executable, "-m", "lengthgen.cli", "eval", str(run_dir), "--max-factor", "256",
+               "--eval-samples", "64", "--quiet"]
+    process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        if 4 in set(pd.read_parquet(run_dir / "results.parquet")["factor"]):
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    factors = sorted(pd.read_parquet(run_dir / "results.parquet")["factor"])
+    assert process.returncode == 143 and "interrupted: the rows of the lengths evaluated so far" in err, err
+    assert factors[:3] == [1, 2, 4] and factors != [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def test_ctrl_c_during_a_run_keeps_the_lengths_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    interrupt_on_call(harness_run, 3, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        execute(tiny_config(**{"eval.max_factor": 4}), tmp_path, progress=False)
+    (run,) = tmp_path.iterdir()
+    assert sorted(pd.read_parquet(run / "results.parquet")["factor"]) == [1, 2]
+
+
+# -- row 13: a tracker that cannot start ----------------------------------------------------------
+@pytest.fixture
+def failing_wandb(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("wandb", reason="wandb not installed (extra: track)")
+    from lengthgen.harness import tracking
+
+    def no_login(self: object, run_dir: Path, run_id: str, config: object) -> None:
+        (run_dir / "wandb").mkdir(parents=True)
+        (run_dir / "wandb" / "debug.log").write_text("started")
+        raise RuntimeError("api_key not configured (no-tty)")
+
+    monkeypatch.setattr(tracking.WandbTracker, "__init__", no_login)
+
+
+@pytest.mark.usefixtures("failing_wandb")
+def test_a_tracker_that_cannot_start_leaves_no_run_folder(tmp_path: Path) -> None:
+    flags = ["--task", "copy", "--attn", "softmax", "--steps", "2", "--max-factor", "1", "--log", "wandb",
+             "--quiet"]
+    for command in ("run", "sweep"):
+        result = runner.invoke(app, [command, *flags, "--out", str(tmp_path / command)])
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert result.stderr.strip().splitlines()[-1].startswith("error: --log wandb could not start")
+        # no run folder, and in a sweep no run recorded as failed (it would be skipped next time)
+        assert not (tmp_path / command).exists(), list((tmp_path / command).rglob("*"))
+
+
+# -- row 16: a plugin's sys.exit fails its run; the seam refuses bad weights ----------------------
+def test_a_plugin_that_exits_fails_its_run(tmp_path: Path) -> None:
+    plugin = tmp_path / "exiting.py"
+    plugin.write_text(textwrap.dedent("""
+        import sys
+        import torch
+        from lengthgen.attention.backend import AttentionBackend
+
+        class Exiting(AttentionBackend):
+            name = "exiting"
+            description = "exits when evaluated"
+
+            def normalize(self, scores):
+                if not torch.is_grad_enabled():
+                    sys.exit(5)
+                return torch.softmax(scores, dim=-1)
+        """))
+    result = runner.invoke(app, ["run", "--task", "copy", "--attn", f"{plugin}:Exiting", "--steps", "2",
+                                 "--max-factor", "1", "--eval-samples", "4", "--quiet", "--out",
+                                 str(tmp_path / "runs")])
+    assert result.exit_code == 1 and "run failed: SystemExit: 5" in result.stderr, result.output
+    (run,) = (tmp_path / "runs").iterdir()
+    rows = pd.read_parquet(run / "results.parquet")
+    assert list(rows["status"]) == ["failed"] and (run / "error.txt").is_file()
+
+
+@pytest.mark.parametrize(("weights", "message"), [
+    (lambda s: (s > 0).long(), "torch.int64 weights"),
+    (lambda s: torch.softmax(s, -1) - 0.5, "negative weights"),
+    (lambda s: torch.softmax(s, -1)[..., :1], "of the scores' shape"),
+])
+def test_the_seam_refuses_weights_that_are_not_probabilities(weights: object, message: str) -> None:
+    q = k = v = torch.randn(1, 2, 8, 4)
+    normalizer = Custom(weights)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        attend(q, k, v, normalizer)
+    assert attend(q, k, v, Custom(lambda s: torch.softmax(s, -1)))[0].shape == (1, 2, 8, 4)
+
+
+def test_non_utf8_config_is_one_line(run_dir: Path) -> None:
+    (run_dir / "config.json").write_bytes(config_text(tiny_config()).encode("latin-1") + b"\xff")
+    one_line_exit_2(evaluate(str(run_dir)), "config.json is not UTF-8 text (byte 0xff")
+
+
+def test_rows_eval_writes_pass_the_reader(run_dir: Path) -> None:
+    """The rows lengthgen writes always pass its own checks (no warning when read back)."""
+    import warnings
+
+    from lengthgen.harness.results import read_results_file
+
+    assert evaluate(str(run_dir), "--max-factor", "4").exit_code == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rows = read_results_file(run_dir / "results.parquet")
+    assert rows is not None and sorted(rows["factor"]) == [1, 2, 4]
