@@ -187,15 +187,19 @@ def test_leaderboard_from_a_plan_shows_its_runs_and_its_commands(tmp_path: Path)
     path = write_plan(tmp_path, screen=2)
     out = tmp_path / "board"
     run_plan(load_plan(path), out, progress=False)
-    stray = load_rows(data_path(out, run_key(blocks(load_plan(path))[1].screening[0])))
-    stray = stray.assign(run_id="max_retrieval-entmax-nape-s9-00000000", seed=9)
-    write_parquet_atomic(stray, out / "data" / "max_retrieval-entmax-nape-s9-00000000.parquet")
+    # a valid run of another seed in the same folder: not a run of the plan, so not on its board
+    mr = blocks(load_plan(path))[1].screening[0]
+    other = mr.model_copy(update={"seed": 9})
+    stray = load_rows(data_path(out, run_key(mr))).assign(
+        run_id=run_key(other), seed=9, config_json=other.canonical_json(), config_hash=other.config_hash())
+    write_parquet_atomic(stray, data_path(out, run_key(other)))
     page = tmp_path / "page"
     result = runner.invoke(app, ["leaderboard", str(out), "--plan", str(path), "--out", str(page)])
     assert result.exit_code == 0, result.output
     readme = (page / "README.md").read_text(encoding="utf-8")
     assert readme.startswith("# tiny board") and "hardware: test machine" in readme
-    assert "s9" not in (page / "leaderboard.csv").read_text(encoding="utf-8")  # not a run of the plan
+    assert "s9=" not in (page / "leaderboard.csv").read_text(encoding="utf-8")  # not a run of the plan
+    assert load_rows(out)["run_id"].nunique() == 5  # the stray run is valid, just not the plan's
     reproduce = readme[readme.index("## Reproduce"):]
     assert f"lengthgen sweep --plan {path} --out {out}\n" in reproduce
     assert f"lengthgen leaderboard {out} --plan {path} --out {page}\n" in reproduce
