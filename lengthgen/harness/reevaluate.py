@@ -39,7 +39,7 @@ from lengthgen.errors import UserError, UserNotice
 from lengthgen.files import read_text
 from lengthgen.harness.evaluate import evaluate_length
 from lengthgen.harness.results import read_results_file, recorded_run_ids, rows_to_frame
-from lengthgen.harness.run import base_row, length_row, plot_run, resolve_device
+from lengthgen.harness.run import backend_package, base_row, length_row, plot_run, resolve_device
 from lengthgen.harness.schema import config_hash_of, run_id_of
 from lengthgen.harness.store import ROW_KEY, current_rows, merge_rows, run_lock, save_rows
 from lengthgen.harness.tracking import EVAL_FIELDS, TrackerError, open_tracker
@@ -298,6 +298,7 @@ def _identity(run: SavedRun, device: torch.device, params: int) -> dict[str, Any
         row.update(params=params, config_json=run.config_json, config_hash=config_hash_of(run.config_json))
     return {**row, "device": device.type, "lengthgen_version": lengthgen.__version__,
             "torch_version": torch.__version__, **provenance.software(),
+            "attn_package": backend_package(run.config.attn),
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 

@@ -100,6 +100,15 @@ def plot_run(frame: pd.DataFrame, config: RunConfig, run_dir: Path) -> None:
                                 title=f"{config.task}: {config.attn} ({config.pos}), seed {config.seed}")
 
 
+def backend_package(attn: str) -> str | None:
+    """The installed distribution and version providing a backend (``lengthgen 0.1.0``), or the
+    ``file.py:Class`` spec itself when no distribution provides it."""
+    from lengthgen.attention import ATTENTION
+
+    package = provenance.package_of(ATTENTION.get(attn))
+    return package if package is not None else (attn if ":" in attn else None)
+
+
 def base_row(config: RunConfig, device: torch.device) -> dict[str, Any]:
     return {
         "run_id": safe_name(config.run_id()),
@@ -115,6 +124,7 @@ def base_row(config: RunConfig, device: torch.device) -> dict[str, Any]:
         "lengthgen_version": lengthgen.__version__,
         "torch_version": torch.__version__,
         **provenance.software(),
+        "attn_package": backend_package(config.attn),
         "config_hash": config.config_hash(),
         "config_json": config.canonical_json(),
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
