@@ -3,7 +3,8 @@ evaluations that extend the chosen runs to the full factor range.
 
 The work list is read again from the dataset after every finished piece (``plan.survey``), so a
 block's remaining seeds start as soon as its last screening run is recorded. Training comes first
-(the chosen points' seeds, then screening, each in the plan's order) and the evaluations that
+(runs that wait for no choice: sweeps without a grid and the chosen points' other seeds; then
+screening; each in the plan's order) and the evaluations that
 extend chosen runs to the full factor range last: they cost hours at 1024x, and a plan stopped
 halfway should have learned which settings train before it spends them.
 At most ``jobs`` pieces run at once (in this process when ``jobs`` is 1, else in a pool of
@@ -172,7 +173,8 @@ def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "
 
 
 def _order(work: Work) -> int:
-    """Training before long evaluations: the chosen points' seeds, then screening, then the
+    """Training before long evaluations: runs that wait for no choice (sweeps without a grid, the
+    chosen points' other seeds), then screening, then the
     evaluations that extend chosen runs (hours each at 1024x); the plan's order within each kind
     (the sort is stable)."""
     return {"seed": 0, "screen": 1, "extend": 2}[work.kind]
