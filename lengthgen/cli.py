@@ -267,7 +267,8 @@ def run_command(
 ) -> None:
     """Train a model short, evaluate it at 1x..max-factor x the training length, write results."""
     from lengthgen.config import build_run_config, combine_overrides, flag_overrides, parse_assignments
-    from lengthgen.harness.run import execute, safe_name
+    from lengthgen.harness.identity import run_key
+    from lengthgen.harness.run import execute
 
     flags = flag_overrides(steps=steps, max_factor=max_factor, train_length=train_length,
                            eval_samples=eval_samples, selection=selection.value if selection else None)
@@ -279,7 +280,7 @@ def run_command(
     )
     _check_run_environment(device, log)
     out_dir = folder_for_writing(out, "--out")
-    typer.echo(f"run {safe_name(config.run_id())}: {config.task} / {config.attn} ({config.pos}), preset "
+    typer.echo(f"run {run_key(config)}: {config.task} / {config.attn} ({config.pos}), preset "
                f"{config.preset}, L={config.train.train_length}, {config.train.steps} steps, "
                f"eval up to {config.eval.max_factor}x", err=True)
     frame = execute(config, out_dir, device_name=device.value, progress=not quiet,

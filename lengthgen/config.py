@@ -217,16 +217,22 @@ class RunConfig(_Frozen):
 SECTIONS: tuple[str, ...] = ("train", "eval", "arch")
 
 
-def parse_value(raw: str) -> Any:
-    """A value typed on the command line: JSON when it is JSON (numbers, true/false, null, lists,
-    objects), else the text itself. ``NaN`` and ``Infinity`` stay text; the config then refuses
-    them with a one-line error instead of training on them."""
+def parse_json(text: str) -> Any:
+    """``text`` as JSON, where ``NaN`` and ``Infinity`` are not numbers: ValueError for them, as for
+    any text that is not JSON."""
 
     def refuse(constant: str) -> Any:
         raise ValueError(constant)
 
+    return json.loads(text, parse_constant=refuse)
+
+
+def parse_value(raw: str) -> Any:
+    """A value typed on the command line: JSON when it is JSON (numbers, true/false, null, lists,
+    objects), else the text itself. ``NaN`` and ``Infinity`` stay text; the config then refuses
+    them with a one-line error instead of training on them."""
     try:
-        return json.loads(raw, parse_constant=refuse)
+        return parse_json(raw)
     except ValueError:
         return raw
 

@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from lengthgen.errors import UserError, UserNotice
+from lengthgen.errors import UserError, UserNotice, exception_line
 
 T = TypeVar("T")
 
@@ -90,11 +90,6 @@ def _check_trusted(kind: str, spec: str) -> None:
 
 class PluginWarning(UserNotice):
     """A plugin was skipped on purpose (its name belongs to a built-in); the CLI prints it in one line."""
-
-
-def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -187,7 +182,7 @@ class Registry(Generic[T]):
             if self._validate is not None:
                 self._validate(obj)
         except (Exception, SystemExit) as exc:  # a broken plugin must never break the CLI
-            self.broken[ep.name] = _one_line(exc)
+            self.broken[ep.name] = exception_line(exc)
             return
         existing = self._entries.get(ep.name)
         if existing is not None:
@@ -268,7 +263,7 @@ def load_object(spec: str, validate: Callable[[object], None] | None = None) -> 
     except PluginLoadError:
         raise
     except (Exception, SystemExit) as exc:
-        raise PluginLoadError(f"cannot load {spec!r}: {_one_line(exc)}") from exc
+        raise PluginLoadError(f"cannot load {spec!r}: {exception_line(exc)}") from exc
     try:
         obj = getattr(module, attr)
     except AttributeError:
