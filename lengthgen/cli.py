@@ -23,6 +23,7 @@ from lengthgen.console import capture_warnings, one_line, safe_streams
 from lengthgen.errors import UserError
 from lengthgen.files import new_folder
 from lengthgen.paths import file_for_writing, folder_for_writing, input_path
+from lengthgen.presets import PRESETS
 
 try:  # recent typer runs on its own copy of click: its exceptions are the ones raised here
     from typer import _click as click
@@ -81,7 +82,7 @@ class OneLineErrors(TyperGroup):
 
 
 
-PRESET_HELP = "quick (CPU minutes), paper-tasks (the paper's task protocol, quick models) or paper."
+PRESET_HELP = ", ".join(f"{name} ({purpose})" for name, purpose in PRESETS.items()) + "."
 
 app = typer.Typer(
     cls=OneLineErrors,

@@ -17,7 +17,13 @@ from typing import Any
 
 from lengthgen.registry import UnknownNameError
 
-PRESET_NAMES = ("quick", "paper-tasks", "paper")
+#: Every preset, with what it is for (the command line's help shows these words).
+PRESETS: dict[str, str] = {
+    "quick": "CPU minutes",
+    "paper-tasks": "the paper's task protocol, quick models",
+    "paper": "the paper's models, for GPUs",
+}
+PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
 
 #: Fallback for tasks without their own preset (e.g. plugins): small and quick.
 DEFAULT: dict[str, dict[str, Any]] = {

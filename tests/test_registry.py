@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lengthgen.registry import DuplicateNameError, PluginLoadError, Registry, UnknownNameError
-from lengthgen.tasks import TASKS, Task, _validate_task, get_task, register_task
+from lengthgen.tasks import TASKS, Task, get_task, register_task, validate_task
 
 PLUGIN_MODULE = "lg_fake_plugin_mod"
 
@@ -87,7 +87,7 @@ def plugin_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
 
 def fresh_task_registry() -> Registry[type[Task]]:
     """A registry over the real ``lengthgen.tasks`` group, without touching the global one."""
-    return Registry("task", "lengthgen.tasks", validate=_validate_task)
+    return Registry("task", "lengthgen.tasks", validate=validate_task)
 
 
 # --------------------------------------------------------------------------------------------

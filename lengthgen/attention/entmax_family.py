@@ -12,6 +12,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
+from lengthgen.attention import register_attention
 from lengthgen.attention.backend import AttentionBackend, BackendOptions, LayerSpec
 from lengthgen.functional.entmax import entmax
 from lengthgen.functional.scales import AdaptiveScale
@@ -39,6 +40,7 @@ class EntmaxFamilyBackend(AttentionBackend):
         return normalizers.Entmax(self.alpha)
 
 
+@register_attention()
 class Entmax(EntmaxFamilyBackend):
     name = "entmax"
     description = "α-entmax attention (default α = 1.5): exact zeros, no length-aware scale"
@@ -48,6 +50,7 @@ class SparsemaxOptions(EntmaxOptions):
     alpha: float = Field(2.0, ge=2.0, le=2.0, description="fixed at 2 (sparsemax)")
 
 
+@register_attention()
 class Sparsemax(EntmaxFamilyBackend):
     name = "sparsemax"
     description = "sparsemax attention (α-entmax with α = 2)"
@@ -66,6 +69,7 @@ class ASEntmaxOptions(EntmaxOptions):
                                                            "of the scale's growth; default: no cap)")
 
 
+@register_attention()
 class ASEntmax(EntmaxFamilyBackend):
     """Adaptive-Scalable Entmax: α-entmax with a learned length-aware scale δ + β(log n)^γ."""
 
@@ -84,6 +88,3 @@ class ASEntmax(EntmaxFamilyBackend):
     def query_scale(self, x: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor:
         return self.scale(x, q_pos, self.scaled_heads)
 
-
-#: Registered by ``lengthgen.attention`` under their ``name``.
-BACKENDS: tuple[type[AttentionBackend], ...] = (Entmax, Sparsemax, ASEntmax)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
+from lengthgen.attention import register_attention
 from lengthgen.attention.backend import AttentionBackend, BackendOptions, LayerSpec
 from lengthgen.functional.scales import SSMaxScale
 from lengthgen.kernels import normalizers
@@ -23,6 +24,7 @@ class SoftmaxFamilyBackend(AttentionBackend):
         return self.normalizer().probs(scores).to(scores.dtype)
 
 
+@register_attention()
 class Softmax(SoftmaxFamilyBackend):
     name = "softmax"
     description = "standard softmax attention (disperses as length grows)"
@@ -37,6 +39,7 @@ class SSMaxOptions(BackendOptions):
                                                            "of the scale's growth; default: no cap)")
 
 
+@register_attention()
 class SSMax(Softmax):
     """Scalable-Softmax (Nakanishi): softmax of σ_h · log n · scores, σ_h learned per head."""
 
@@ -57,6 +60,7 @@ class AdaptiveTemperatureOptions(BackendOptions):
     apply_in_training: bool = Field(False, description="also sharpen during training (original: off)")
 
 
+@register_attention()
 class AdaptiveTemperature(SoftmaxFamilyBackend):
     """Softmax sharpened per row by θ(entropy) (``lengthgen.functional.temperature``).
 
@@ -78,6 +82,7 @@ class TopKOptions(BackendOptions):
     k: int = Field(8, ge=1, description="number of keys kept per row")
 
 
+@register_attention()
 class TopK(SoftmaxFamilyBackend):
     """Softmax over the k largest scores of each row (a hard-sparsity baseline)."""
 
@@ -89,6 +94,3 @@ class TopK(SoftmaxFamilyBackend):
     def normalizer(self) -> normalizers.Normalizer:
         return normalizers.TopK(self.options.k)
 
-
-#: Registered by ``lengthgen.attention`` under their ``name``.
-BACKENDS: tuple[type[AttentionBackend], ...] = (Softmax, SSMax, AdaptiveTemperature, TopK)

@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 from pydantic import ValidationError
 
-from lengthgen.config import RunConfig, build_run_config, dotted, parse_value, validation_message
+from lengthgen.config import RunConfig, build_run_config, flag_overrides, parse_value, validation_message
 from lengthgen.errors import UserError, UserNotice, exception_line
 from lengthgen.files import read_text
 from lengthgen.harness.evaluate import evaluate_length
@@ -176,18 +176,13 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
     sharpening: ``attn="softmax"``); the weights must fit the other backend's parameters.
     """
     base = run.config
-    overrides = dotted(base)
-    if max_factor is not None:
-        overrides["eval.max_factor"] = max_factor
-    if eval_samples is not None:
-        overrides["eval.samples"] = eval_samples
-        overrides["eval.min_samples"] = min(base.eval.min_samples, eval_samples)
+    overrides = flag_overrides(max_factor=max_factor, eval_samples=eval_samples)
     params = {**base.task_params, **(task_params or {})}
     eval_attn = attn or base.attn
     options = dict(base.attn_options) if eval_attn == base.attn else {}
     options.update(attn_options or {})
     config = build_run_config(base.task, eval_attn, pos=base.pos, preset=base.preset, seed=base.seed,
-                              task_params=params, attn_options=options, overrides=overrides)
+                              task_params=params, attn_options=options, overrides=overrides, start=base)
     trained, evaluated = get_task(base.task, **base.task_params), get_task(base.task, **params)
     if evaluated.vocab.tokens != trained.vocab.tokens:
         raise UserError(f"--param {variant_label(task_params or {})} changes the task's vocabulary "
