@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from lengthgen.functional.entmax import entmax_forward, entmax_threshold
-from lengthgen.functional.normalizers import compute_dtype
+from lengthgen.functional.precision import compute_dtype
 from lengthgen.kernels import chunking
 from lengthgen.kernels.diagnostics import DiagnosticSink
 from lengthgen.kernels.normalizers import Entmax, Normalizer, alpha_per_head
