@@ -11,7 +11,13 @@ import torch
 from pydantic import Field
 
 from lengthgen.attention import register_attention
-from lengthgen.attention.backend import AttentionBackend, BackendOptions, LayerSpec
+from lengthgen.attention.backend import (
+    AttentionBackend,
+    BackendOptions,
+    LayerSpec,
+    ScaledQueriesBackend,
+    length_cap_field,
+)
 from lengthgen.functional.scales import SSMaxScale
 from lengthgen.kernels import normalizers
 
@@ -35,12 +41,11 @@ class Softmax(SoftmaxFamilyBackend):
 
 class SSMaxOptions(BackendOptions):
     LATE = ("length_cap",)
-    length_cap: int | None = Field(None, ge=2, description="hold n at this many keys beyond it (an ablation "
-                                                           "of the scale's growth; default: no cap)")
+    length_cap: int | None = length_cap_field()
 
 
 @register_attention()
-class SSMax(Softmax):
+class SSMax(ScaledQueriesBackend, Softmax):
     """Scalable-Softmax (Nakanishi): softmax of σ_h · log n · scores, σ_h learned per head."""
 
     name = "ssmax"
@@ -48,12 +53,8 @@ class SSMax(Softmax):
     Options = SSMaxOptions
     options: SSMaxOptions
 
-    def __init__(self, spec: LayerSpec, options: SSMaxOptions | None = None) -> None:
-        super().__init__(spec, options)
-        self.scale = SSMaxScale(spec.n_heads, self.options.length_cap)
-
-    def query_scale(self, x: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor:
-        return self.scale(x, q_pos, self.scaled_heads)
+    def make_scale(self, spec: LayerSpec) -> SSMaxScale:
+        return SSMaxScale(spec.n_heads, self.options.length_cap)
 
 
 class AdaptiveTemperatureOptions(BackendOptions):

@@ -180,8 +180,8 @@ def _path(name: str, normalizer: Normalizer, q: Tensor) -> Path:
         from lengthgen.kernels.triton import entmax as triton_entmax
 
         entmax_paths: dict[str, Path] = {
-            "chunked": reference_entmax.chunked_path,
-            "fused": cpu_entmax.fused_path,
+            "chunked": _entmax_kernel_path(reference_entmax.chunked_entmax_attention),
+            "fused": _entmax_kernel_path(cpu_entmax.fused_entmax_attention),
             "triton": triton_entmax.triton_path,
         }
         if name in entmax_paths:
@@ -201,6 +201,18 @@ def _path(name: str, normalizer: Normalizer, q: Tensor) -> Path:
 
         return cpu_topk.fused_path
     raise ValueError(f"impl={name!r} does not run {type(normalizer).__name__} attention")
+
+
+def _entmax_kernel_path(run: Callable[..., tuple[Tensor, Tensor | None, Tensor | None, int]]) -> Path:
+    """An α-entmax kernel that takes α per head, as a path (its count of dense rows dropped)."""
+
+    def path(q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer,
+             rows: Tensor | None) -> PathResult:
+        assert isinstance(normalizer, Entmax)
+        out, entropy, support, _ = run(q, k, v, prob, alpha_per_head(normalizer, prob.H), rows)
+        return out, entropy, support
+
+    return path
 
 
 def _materialized_rows(normalizer: Normalizer, q: Tensor) -> Callable[[Tensor], Tensor]:

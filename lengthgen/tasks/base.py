@@ -109,7 +109,9 @@ class Task(ABC):
             raise TaskInputError("pass either a config or keyword parameters, not both")
         self.config = config if config is not None else self.Config(**params)
 
-    # -- properties every task defines -------------------------------------------------------
+    # -- what every task defines: properties, or plain class attributes for constants -----------
+    #: (A ``functools.cached_property`` suits ``vocab``: the config is frozen, and vocabularies can
+    #: have ~10^5 entries.)
     @property
     @abstractmethod
     def vocab(self) -> Vocab: ...

@@ -34,10 +34,9 @@ from torch import Tensor
 from lengthgen.kernels.cpu.blocks import RowJob
 from lengthgen.kernels.cpu.entmax_newton import MAX_NEWTON, MODE_15, MODE_GENERAL, STEP_TOL, newton_params
 from lengthgen.kernels.cpu.jit import CHUNK, FASTMATH, Kernel, njit, numba
-from lengthgen.kernels.normalizers import Entmax, Normalizer, alpha_per_head
 from lengthgen.kernels.problem import AttnProblem
 
-__all__ = ["KERNEL", "fused_entmax_attention", "fused_path"]
+__all__ = ["KERNEL", "fused_entmax_attention"]
 
 if numba is not None:
     from lengthgen.kernels.cpu.entmax_newton import newton as _newton
@@ -287,26 +286,10 @@ def _smoke(kernel: Any) -> None:
 KERNEL = Kernel("the fused CPU α-entmax kernel", lambda: rows_kernel, _smoke)
 
 
-def fused_path(
-    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
-) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """The engine's ``fused`` path for an ``Entmax`` normalizer."""
-    assert isinstance(normalizer, Entmax)
-    out, entropy, support, _ = fused_entmax_attention(q, k, v, prob, alpha_per_head(normalizer, prob.H), rows)
-    return out, entropy, support
-
-
 @torch.no_grad()
 def fused_entmax_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    prob: AttnProblem,
-    alpha: Tensor,
-    rows: Tensor | None,
-    *,
-    cap: int = 2048,
-    threads: int | None = None,
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, alpha: Tensor, rows: Tensor | None, *,
+    cap: int = 2048, threads: int | None = None,
 ) -> tuple[Tensor, Tensor | None, Tensor | None, int]:
     """Exact α-entmax attention on CPU; returns (out, entropy, support, dense_rows).
 
