@@ -38,12 +38,14 @@ def read_layers(text: str, package: str = "lengthgen") -> Layers:
 
 
 def layer_of(module: str, layers: Layers) -> tuple[int, str] | None:
-    """(layer index, part) of a module: the part it is or lies in; the package root only as itself."""
-    for index, parts in enumerate(layers):
-        for part in parts:
-            if module == part or ("." in part and module.startswith(part + ".")):
-                return index, part
-    return None
+    """(layer index, part) of a module: the most specific part it is or lies in (a folder may be
+    a part and some of its modules parts of their own); the package root only as itself."""
+    matches = [(len(part), index, part) for index, parts in enumerate(layers) for part in parts
+               if module == part or ("." in part and module.startswith(part + "."))]
+    if not matches:
+        return None
+    _, index, part = max(matches)
+    return index, part
 
 
 def violations(graph, layers: Layers, package: str = "lengthgen") -> list[str]:  # noqa: ANN001
