@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from lengthgen.errors import exception_line
+
 try:  # numba is a dependency, but keep the package importable (and the torch paths usable) without it
     import numba
     from numba import njit
@@ -65,7 +67,10 @@ class Kernel:
     def unavailable_reason(self) -> str:
         """Why the kernel cannot run ('' when it can)."""
         self._load()
-        return "" if self._kernel is not None else f"{type(self._error).__name__}: {self._error}"
+        if self._kernel is not None:
+            return ""
+        assert self._error is not None  # _load either compiled the kernel or kept why not
+        return exception_line(self._error)
 
     def get(self) -> Any:
         """The compiled kernel; RuntimeError when it is unavailable."""
