@@ -495,7 +495,9 @@ def _load_rows(results: str) -> Any:
 
 @app.command("leaderboard")
 def leaderboard_command(
-    results: str = typer.Argument(..., help="Sweep folder (its data/ is read) or results folder/file."),
+    folders: list[str] = typer.Argument(..., help="Sweep folder (its data/ is read) or results folder/file; "
+                                                  "more folders are submissions, each labelled with its "
+                                                  "source (source.toml, SOURCE.md or its name)."),
     out: str = typer.Option(..., "--out", help="Folder for README.md, leaderboard.csv/.html and plots/."),
     title: str | None = typer.Option(None, "--title", help="Page title [default: lengthgen leaderboard]."),
     hardware: str | None = typer.Option(None, "--hardware", help="Hardware note for the README."),
@@ -514,9 +516,18 @@ def leaderboard_command(
     """Tables (mean and 95% CI over seeds, learned seeds, selected settings, paper rows) and plots."""
     from lengthgen.leaderboard import DEFAULT_TITLE, write_leaderboard
     from lengthgen.leaderboard.ablations import load_ablations
+    from lengthgen.leaderboard.sources import load_sources
 
     out_dir = folder_for_writing(out, "--out")
-    rows = _load_rows(results)
+    results = folders[0]
+    if len(folders) > 1 and plan_file is not None:
+        raise UserError("--plan builds one board from its own folder; merge submissions without --plan")
+    for folder in folders:
+        input_path(folder, "RESULTS")
+    rows, sources = load_sources(folders)
+    if rows.empty:
+        raise UserError(f"no usable results under {', '.join(map(repr, folders))} (expected "
+                        "DIR/data/*.parquet from a sweep, or results.parquet files)")
     if plan_file is not None:
         from lengthgen.plans.plan import ablations_dir, board_run_ids, load_plan, rule_text
 
@@ -539,7 +550,7 @@ def leaderboard_command(
         load_ablations(input_path(ablations, "--ablations"))  # checked before anything is written
     written = write_leaderboard(rows, out_dir, title=title or DEFAULT_TITLE, source=results,
                                 hardware=hardware, commit=commit, ablations=ablations, plan=plan_file,
-                                plan_rule=rule, latex=latex)
+                                plan_rule=rule, latex=latex, sources=sources)
     for path in written:
         typer.echo(str(path))
 

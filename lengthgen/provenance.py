@@ -26,7 +26,7 @@ NUMERICS_VERSION = 2
 
 #: The result columns this module fills, in their order.
 COLUMNS: tuple[str, ...] = ("numpy_version", "numba_version", "git_commit", "git_dirty", "numerics_version",
-                            "torch_threads", "cpu")
+                            "torch_threads", "cpu", "attn_package")
 
 
 def _git(folder: Path, *args: str) -> str | None:
@@ -88,3 +88,27 @@ def cpu() -> str:
     except OSError:
         pass
     return " ".join(part for part in (platform.machine(), name or platform.processor()) if part)
+
+
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    from importlib import metadata
+
+    return metadata.packages_distributions()
+
+
+def package_of(obj: object) -> str | None:
+    """``"distribution version"`` of the installed distribution whose top-level package defines
+    ``obj`` (``lengthgen 0.1.0``, ``lengthgen-example-plugin 0.1.0``); None for code that no
+    installed distribution provides (a ``file.py:Class`` plugin)."""
+    from importlib import metadata
+
+    top = str(getattr(obj, "__module__", "") or "").split(".")[0]
+    names = sorted(set(_distributions().get(top, [])))
+    if not names:
+        return None
+    try:
+        return f"{names[0]} {metadata.version(names[0])}"
+    except metadata.PackageNotFoundError:
+        return None
+

@@ -2,7 +2,9 @@
 fills the same way (a run, a sweep recording a run that died, ``lengthgen eval``).
 
 A run's id is ``task-attn-pos-s<seed>-<hash8>`` (``RunConfig.run_id``) made safe as a folder name
-(``safe_name``): the name of its run folder and of its sweep data file (``run_key``).
+(``safe_name``): the name of its run folder and of its sweep data file (``run_key``). A row made
+by a run or ``lengthgen eval`` also names the distribution that provided its backend
+(``backend_package``); a row recorded for a run that died may not be able to.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 from lengthgen import provenance
 from lengthgen.config import RunConfig
 
-__all__ = ["config_hash_of", "made_now", "run_columns", "run_id_of", "run_key", "safe_name"]
+__all__ = ["backend_package", "config_hash_of", "made_now", "run_columns", "run_id_of", "run_key",
+           "safe_name"]
 
 
 def safe_name(text: str, max_length: int = 120) -> str:
@@ -73,3 +76,12 @@ def made_now() -> dict[str, Any]:
         **provenance.software(),
         "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def backend_package(attn: str) -> str | None:
+    """The installed distribution and version providing a backend (``lengthgen 0.1.0``), or the
+    ``file.py:Class`` spec itself when no distribution provides it."""
+    from lengthgen.attention import ATTENTION
+
+    package = provenance.package_of(ATTENTION.get(attn))
+    return package if package is not None else (attn if ":" in attn else None)

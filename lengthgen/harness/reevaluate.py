@@ -35,7 +35,7 @@ from lengthgen.config import RunConfig, build_run_config, flag_overrides, parse_
 from lengthgen.errors import UserError, UserNotice, exception_line
 from lengthgen.files import read_text
 from lengthgen.harness.evaluate import evaluate_length
-from lengthgen.harness.identity import config_hash_of, made_now, run_columns, run_id_of
+from lengthgen.harness.identity import backend_package, config_hash_of, made_now, run_columns, run_id_of
 from lengthgen.harness.results import read_results_file, recorded_run_ids, rows_to_frame
 from lengthgen.harness.run import length_row, plot_run, resolve_device
 from lengthgen.harness.store import ROW_KEY, current_rows, merge_rows, run_lock, save_rows
@@ -286,7 +286,7 @@ def _identity(run: SavedRun, device: torch.device, params: int) -> dict[str, Any
         # the config as recorded, whose hash is in the run id (a newer lengthgen may add fields)
         row = {**run_columns(run.config), "run_id": run.run_id, "params": params,
                "config_json": run.config_json, "config_hash": config_hash_of(run.config_json)}
-    return {**row, "device": device.type, **made_now()}
+    return {**row, "device": device.type, **made_now(), "attn_package": backend_package(run.config.attn)}
 
 
 def _save(run: SavedRun, new: pd.DataFrame) -> list[Path]:

@@ -24,7 +24,7 @@ from lengthgen.config import RunConfig
 from lengthgen.errors import UserError, exception_line
 from lengthgen.files import atomic_write, new_folder
 from lengthgen.harness.evaluate import LengthResult, evaluate_length
-from lengthgen.harness.identity import made_now, run_columns
+from lengthgen.harness.identity import backend_package, made_now, run_columns
 from lengthgen.harness.plots import plot_accuracy_vs_length
 from lengthgen.harness.results import rows_to_frame
 from lengthgen.harness.store import run_lock, save_rows
@@ -84,8 +84,10 @@ def plot_run(frame: pd.DataFrame, config: RunConfig, run_dir: Path) -> None:
 
 
 def base_row(config: RunConfig, device: torch.device) -> dict[str, Any]:
-    """The columns every row of this run shares: the run, the device, the code."""
-    return {**run_columns(config), "device": device.type, **made_now()}
+    """The columns every row of this run shares: the run, the device, the code (the backend's
+    package included)."""
+    return {**run_columns(config), "device": device.type, **made_now(),
+            "attn_package": backend_package(config.attn)}
 
 
 def execute(

@@ -43,14 +43,16 @@ def config_dict(config_json: Any) -> dict[str, Any]:
 
 
 def prepared(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows with a ``setting`` column, no missing ``pos``, task variants as backends (and runs)
-    of their own, in a stable order."""
+    """The rows with a ``setting`` column, no missing ``pos``, task variants and submitted runs
+    (``sources``) as backends (and runs) of their own, in a stable order."""
     frame = conform(rows)
     frame["setting"] = [setting_of(c) for c in frame["config_json"]]
     frame["pos"] = frame["pos"].fillna("")
     variant = frame["eval_variant"].fillna("").astype(str)
+    source = frame["source"].fillna("").astype(str) if "source" in frame else pd.Series("", frame.index)
     for column in ("attn", "run_id"):  # a (run, variant) is evaluated, and counted, on its own
         frame[column] = [f"{a} [{v}]" if v else a for a, v in zip(frame[column], variant, strict=True)]
+        frame[column] = [f"{a} @ {s}" if s else a for a, s in zip(frame[column], source, strict=True)]
     return frame.sort_values(["task", "attn", "pos", "setting", "seed", "run_id", "factor"], kind="mergesort",
                              na_position="last").reset_index(drop=True)
 

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from lengthgen.leaderboard.paper import PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank
-from lengthgen.leaderboard.rows import ok_rows, prepared, runs
+from lengthgen.leaderboard.rows import config_dict, ok_rows, prepared, runs
 from lengthgen.leaderboard.selection import (
     ProtocolPick,
     Selection,
@@ -35,6 +35,7 @@ CSV_COLUMNS: tuple[str, ...] = (
     "n_seeds", "exact_match", "ci_lo", "ci_hi", "ci_method", "per_seed", "learned_seeds", "runs",
     "runs_failed", "attn_entropy", "attn_support", "n_samples", "effective_length",
     "effective_length_capped", "effective_length_learned", "effective_length_learned_capped", "preset",
+    "attn_package",
 )
 
 
@@ -87,6 +88,25 @@ def _learned_runs(run_table: pd.DataFrame) -> set[str]:
     return {str(r) for r, v in zip(run_table["run_id"], run_table["exact_1x"], strict=True) if learned(v)}
 
 
+def _package(group: pd.DataFrame) -> str | None:
+    """Which distribution (and version) provided the backend: as the rows recorded it, else as
+    installed now (built-ins and entry points only: a name from data never imports a file)."""
+    recorded = sorted({str(p) for p in group["attn_package"].dropna()}) if "attn_package" in group else []
+    if recorded:
+        return ", ".join(recorded)
+    name = config_dict(group["config_json"].iloc[0]).get("attn", "") if len(group) else ""
+    if not name or ":" in name:
+        return None
+    from lengthgen import provenance
+    from lengthgen.attention import ATTENTION
+    from lengthgen.registry import RegistryError
+
+    try:
+        return provenance.package_of(ATTENTION.get(name))
+    except RegistryError:  # not installed here
+        return None
+
+
 def _presets(run_table: pd.DataFrame) -> str:
     return ", ".join(sorted({str(p) for p in run_table["preset"].dropna()}))
 
@@ -118,7 +138,7 @@ def _measured(frame: pd.DataFrame, run_table: pd.DataFrame, key: tuple[str, str,
             "runner_up_val_exact_id": _score(runner.score) if chosen and runner else math.nan,
             "learned_seeds": int(sum(learned(v) for v in setting_runs["exact_1x"])),
             "runs": len(setting_runs), "runs_failed": int(setting_runs["failed"].sum()),
-            "preset": _presets(setting_runs),
+            "preset": _presets(setting_runs), "attn_package": _package(group),
         }
         out.extend(_cells(group, base, _learned_runs(setting_runs)))
     return out

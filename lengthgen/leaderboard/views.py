@@ -130,6 +130,14 @@ def _setting_cells(first: Any) -> tuple[Cell, Cell]:
                          else "no runner-up: settings cannot be ranked without validation scores")
 
 
+def _backend_cell(first: Any) -> Cell:
+    """The backend's name; one from another package shows that package and its version below."""
+    package = first["attn_package"] if isinstance(first["attn_package"], str) else ""
+    if not package or package.split(" ")[0] == "lengthgen":
+        return Cell(str(first["method"]), None, "")
+    return Cell(str(first["method"]), None, f"provided by {package}", detail=package)
+
+
 def _measured_row(group: pd.DataFrame, factors: list[int]) -> Row:
     first = group.iloc[0]
     runs = int(first["runs"])
@@ -139,7 +147,7 @@ def _measured_row(group: pd.DataFrame, factors: list[int]) -> Row:
     learned_title = (f"1× test exact match per seed: {_seeds_title(one_x.per_seed) if one_x else 'none'}; "
                      f"a seed learned when ≥ {LEARNED_THRESHOLD * 100:.0f}%")
     setting, runner = _setting_cells(first)
-    cells = [Cell(str(first["method"]), None, ""), Cell(str(first["pos"])), setting, runner,
+    cells = [_backend_cell(first), Cell(str(first["pos"])), setting, runner,
              Cell(str(runs), float(runs)),
              Cell(f"{learned}/{runs}", learned / runs if runs else -1.0, learned_title)]
     for f in factors:

@@ -39,6 +39,7 @@ from lengthgen.leaderboard.reproduce import (
 )
 from lengthgen.leaderboard.safe import slug
 from lengthgen.leaderboard.selection import PREDATES
+from lengthgen.leaderboard.sources import Source, source_column, sources_table
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
 from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
 from lengthgen.leaderboard.tables import csv_bytes, markdown
@@ -158,7 +159,7 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
            hardware: str | None = None, commit: str = UNKNOWN_COMMIT, data_link: str = "data/",
            ablations: Sequence[Ablation] = (), ablations_source: str | None = None,
            plan: str | None = None, plan_rule: str | None = None, verified: str | None = None,
-           latex: bool = False) -> Rendered:
+           latex: bool = False, sources: Sequence[Source] = ()) -> Rendered:
     """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows (and the ablations).
 
     With ``plan`` (the plan file's path) the Reproduce section starts with the two commands that
@@ -213,7 +214,11 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
            + _code_line(rows),
            "evaluation: a fixed test set per (task, length), independent of the training seed (paired); "
            "checkpoint selection as in the table (`id` = in-distribution validation, `8x` = at 8×)."]
-    steps = [*sweep_commands(rows, source), *eval_commands(rows, source)]
+    own = rows[source_column(rows) == ""]
+    steps = [*sweep_commands(own, source), *eval_commands(own, source)]
+    for other in (s for s in sources if not s.primary):
+        theirs = rows[source_column(rows) == other.label]
+        steps += [f"# {other.label}", *sweep_commands(theirs, other.path), *eval_commands(theirs, other.path)]
     if plan:
         commands = [plan_sweep_command(plan, source), plan_leaderboard_command(source, out_name, plan),
                     "", "# the same runs step by step (the points the plan chose):", *steps]
@@ -228,6 +233,9 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
             ablation_html += _ablation_html(ablation)
         ablation_html = ['<h2 id="ablations">What changes the result</h2>', f"<p>{ABLATIONS_INTRO}</p>",
                          *ablation_html]
+    submitted = sources_table(rows, sources) if len(sources) > 1 else None
+    if submitted is not None:
+        md += ["## Sources", "", SOURCES_INTRO, "", markdown(submitted), ""]
     md += ["## Protocol and hardware", "", markdown(protocol), "", *[f"- {line}" for line in env], "",
            "## Reproduce", "", RESUME, "", "```sh", *commands, "```", ""]
     files["README.md"] = "\n".join(md).encode()
@@ -235,7 +243,9 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     interval_html = f'<abbr title="{html_page.html.escape(INTERVAL_TITLE)}">{INTERVAL}</abbr>'
     items = [_bold(html_page.code_spans(p)).replace("{interval}", interval_html) for p in intro]
     intro_html = ["<h2>How to read</h2>", "<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>"]
-    tail = [*ablation_html, "<h2>Protocol and hardware</h2>", html_page.html_table(protocol),
+    sources_html = ([f"<h2>Sources</h2>\n<p>{SOURCES_INTRO}</p>", html_page.html_table(submitted)]
+                    if submitted is not None else [])
+    tail = [*ablation_html, *sources_html, "<h2>Protocol and hardware</h2>", html_page.html_table(protocol),
             "<ul>" + "".join(f"<li>{html_page.code_spans(line)}</li>" for line in env) + "</ul>",
             "<h2>Reproduce</h2>", f"<p>{RESUME}</p>",
             "<pre>" + "\n".join(html_page.html.escape(c) for c in commands) + "</pre>"]
@@ -245,6 +255,11 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
         summary="<h2>Effective length per task and backend</h2>\n" + html_page.html_table(effective),
     ).encode()
     return Rendered(files)
+
+
+SOURCES_INTRO = ("The first folder is this board's own; every other one was submitted. A submitted run's "
+                 "backend carries its source's label (`softmax @ alice`), so it is never merged with one of "
+                 "ours; a row whose config does not hash to its run is refused when the folders are read.")
 
 
 def _code_line(rows: pd.DataFrame) -> str:
@@ -269,7 +284,8 @@ def _values(series: pd.Series) -> str:
 def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title: str = DEFAULT_TITLE,
                       source: str = "DIR", hardware: str | None = None, commit: str | None = None,
                       ablations: str | os.PathLike[str] | None = None, plan: str | None = None,
-                      plan_rule: str | None = None, latex: bool = False) -> list[Path]:
+                      plan_rule: str | None = None, latex: bool = False,
+                      sources: Sequence[Source] = ()) -> list[Path]:
     """Render every output, then publish them under ``out`` together (``files.publish``: built in a
     temporary folder, then moved into place); returns the paths.
 
@@ -280,9 +296,10 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
     data = Path(source) / "data" if (Path(source) / "data").is_dir() else Path(source)
     link = os.path.relpath(data, out).replace(os.sep, "/") + ("/" if data.is_dir() else "")
     found = load_ablations(ablations) if ablations is not None else []
-    verified = verification_line(read_report(source), rows["run_id"].dropna().astype(str))
+    own = rows[source_column(rows) == ""]
+    verified = verification_line(read_report(source), own["run_id"].dropna().astype(str))
     rendered = render(rows, title=title, source=source, out_name=str(out), hardware=hardware,
                       commit=commit if commit is not None else data_commit(data), data_link=link,
                       ablations=found, ablations_source=None if ablations is None else str(ablations),
-                      plan=plan, plan_rule=plan_rule, verified=verified, latex=latex)
+                      plan=plan, plan_rule=plan_rule, verified=verified, latex=latex, sources=sources)
     return publish(out, rendered.files)

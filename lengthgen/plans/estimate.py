@@ -2,10 +2,11 @@
 
 Every run records ``train_seconds`` and, per evaluated length, ``eval_seconds`` and ``n_samples``.
 A missing run is estimated from recorded runs of the same task and backend: seconds per training
-step at the same model size and training length, and seconds per test sample at each evaluation
-length it will be tested at. Where nothing comparable was recorded, fewer keys must match (the
-same task and backend at any size, then the task alone), and a length that was never recorded is
-scaled from the nearest one; where nothing matches, the estimate is unknown and says so.
+step at the same model size, batch, task parameters and training length, and seconds per test
+sample at each evaluation length it will be tested at. Where nothing comparable was recorded,
+fewer keys must match (the same task and backend at any size, then the task alone), and a length
+that was never recorded is scaled from the nearest one; where nothing matches, the estimate is
+unknown and says so.
 """
 
 from __future__ import annotations
@@ -104,15 +105,22 @@ def _lookup(table: Table, task: str, attn: str, arch: str, length: int) -> float
     return None
 
 
+def _shape(config: dict[str, Any]) -> str:
+    """What sets the cost of a step besides the length: the model size, the batch and the task's
+    parameters (MQMTAR's alphabet sets the vocabulary)."""
+    return json.dumps([config["arch"], config["train"]["batch_size"], config.get("task_params", {})],
+                      sort_keys=True)
+
+
 def _arch(config_json: str) -> str:
     try:
-        return json.dumps(json.loads(config_json)["arch"], sort_keys=True)
+        return _shape(json.loads(config_json))
     except (TypeError, ValueError, KeyError):
         return ""
 
 
 def _arch_of(config: RunConfig) -> str:
-    return json.dumps(config.model_dump(mode="json")["arch"], sort_keys=True)
+    return _shape(config.model_dump(mode="json"))
 
 
 def _samples(config: RunConfig, length: int) -> int:

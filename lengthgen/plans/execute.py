@@ -2,8 +2,10 @@
 evaluations that extend the chosen runs to the full factor range.
 
 The work list is read again from the dataset after every finished piece (``plan.survey``), so a
-block's remaining seeds start as soon as its last screening run is recorded, and the order is the
-plan's: earlier sweeps first, and within a block its seeds and extensions before new screening.
+block's remaining seeds start as soon as its last screening run is recorded. Training comes first
+(the chosen points' seeds, then screening, each in the plan's order) and the evaluations that
+extend chosen runs to the full factor range last: they cost hours at 1024x, and a plan stopped
+halfway should have learned which settings train before it spends them.
 At most ``jobs`` pieces run at once (in this process when ``jobs`` is 1, else in a pool of
 processes with cores/jobs threads each). Each piece is tried once per invocation: a run that fails
 is recorded as failed (``--retry-failed`` tries it again next time) and an evaluation that fails
@@ -134,7 +136,7 @@ def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "
             bar.total = len(report.done) + report.remaining
             bar.refresh()
             busy = {(w.kind, w.key) for w in running.values()}
-            ready = [w for s in states for w in sorted(s.work, key=_order)
+            ready = [w for w in sorted((w for s in states for w in s.work), key=_order)
                      if (w.kind, w.key) not in tried and (w.kind, w.key) not in busy]
             if pool is None:
                 if not ready:
@@ -170,8 +172,10 @@ def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "
 
 
 def _order(work: Work) -> int:
-    """Within a block: remaining seeds first, then extensions, then screening."""
-    return {"seed": 0, "extend": 1, "screen": 2}[work.kind]
+    """Training before long evaluations: the chosen points' seeds, then screening, then the
+    evaluations that extend chosen runs (hours each at 1024x); the plan's order within each kind
+    (the sort is stable)."""
+    return {"seed": 0, "screen": 1, "extend": 2}[work.kind]
 
 
 def summary_lines(report: PlanReport, out: str | Path) -> list[str]:
