@@ -36,7 +36,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lengthgen.kernels.triton_entmax import triton_entmax_attention  # noqa: E402
+from lengthgen.kernels.triton.entmax import triton_entmax_attention  # noqa: E402
 
 BUDGET_S = 7 * 60  # stop timing new sizes past this, so the script stays under 8 minutes
 DEVICE = "cuda"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from lengthgen.provenance import VERSION as __version__
 
 _NOTEBOOK_API = ("run", "sweep", "evaluate", "load_results")
 __all__ = ["__version__", *_NOTEBOOK_API]

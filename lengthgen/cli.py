@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 from pydantic import ValidationError
@@ -23,6 +22,7 @@ from lengthgen.console import capture_warnings, one_line, safe_streams
 from lengthgen.errors import UserError
 from lengthgen.files import new_folder
 from lengthgen.paths import file_for_writing, folder_for_writing, input_path
+from lengthgen.presets import PRESETS
 
 try:  # recent typer runs on its own copy of click: its exceptions are the ones raised here
     from typer import _click as click
@@ -81,7 +81,15 @@ class OneLineErrors(TyperGroup):
 
 
 
-PRESET_HELP = "quick (CPU minutes), paper-tasks (the paper's task protocol, quick models) or paper."
+#: The options that take one of a few words (click checks them and lists them in the help).
+SampleFormat = Literal["jsonl", "text"]
+Device = Literal["auto", "cpu", "cuda"]
+Selection = Literal["id", "8x"]
+Log = Literal["tensorboard", "wandb"]
+Launcher = Literal["local", "ray"]
+PlotKind = Literal["exact", "dispersion"]
+
+PRESET_HELP = ", ".join(f"{name} ({purpose})" for name, purpose in PRESETS.items()) + "."
 
 app = typer.Typer(
     cls=OneLineErrors,
@@ -90,11 +98,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Length-generalization benchmark for attention: train short, evaluate up to 1024x longer.",
 )
-
-
-class SampleFormat(str, Enum):
-    jsonl = "jsonl"
-    text = "text"
 
 
 @app.command("tasks")
@@ -144,7 +147,7 @@ def sample_command(
     n: int = typer.Option(1, "--n", help="Number of samples."),
     # A plain string checked by the task, so an unknown split gets the one-line error, not click's box.
     split: str = typer.Option("train", "--split", help="train or eval."),
-    fmt: SampleFormat = typer.Option(SampleFormat.jsonl, "--format"),
+    fmt: SampleFormat = typer.Option("jsonl", "--format"),
     param: list[str] = typer.Option(None, "--param", help="Task parameter key=value (repeatable)."),
 ) -> None:
     """Print samples: JSON lines (structured source/target and the exact model view) or text."""
@@ -156,7 +159,7 @@ def sample_command(
     out = sys.stdout
     for i in range(len(batch)):
         ids = batch.input_ids[i]
-        if fmt is SampleFormat.jsonl:
+        if fmt == "jsonl":
             record = {
                 "task": task.name,
                 "length": length,
@@ -177,22 +180,6 @@ def sample_command(
             ]
             out.write(f"# {task.name} length={length} seed={seed} index={i}\n")
             out.write(" ".join(rendered) + "\n")
-
-
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class Selection(str, Enum):
-    id = "id"
-    eight_x = "8x"
-
-
-class Log(str, Enum):
-    tensorboard = "tensorboard"
-    wandb = "wandb"
 
 
 TRUST_HELP = "Import plugin files (file.py:Class) that recorded configs name: only for folders you trust."
@@ -239,8 +226,8 @@ def _check_run_environment(device: Device | None, log: Log | None) -> None:
     from lengthgen.harness.tracking import check_tracker
 
     if device is not None:
-        resolve_device(device.value)
-    check_tracker(log.value if log else None)
+        resolve_device(device)
+    check_tracker(log)
 
 
 @app.command("run")
@@ -253,7 +240,7 @@ def run_command(
     max_factor: int | None = typer.Option(None, "--max-factor", help="Evaluate up to L·this (power of 2)."),
     steps: int | None = typer.Option(None, "--steps", help="Training steps (overrides the preset)."),
     seed: int = typer.Option(0, "--seed"),
-    device: Device = typer.Option(Device.auto, "--device"),
+    device: Device = typer.Option("auto", "--device"),
     eval_samples: int | None = typer.Option(None, "--eval-samples", help="Samples per length (the most)."),
     selection: Selection | None = typer.Option(None, "--selection", help="Checkpoint selection: id or 8x."),
     param: list[str] = typer.Option(None, "--param", help="Task parameter key=value (repeatable)."),
@@ -267,10 +254,11 @@ def run_command(
 ) -> None:
     """Train a model short, evaluate it at 1x..max-factor x the training length, write results."""
     from lengthgen.config import build_run_config, combine_overrides, flag_overrides, parse_assignments
-    from lengthgen.harness.run import execute, safe_name
+    from lengthgen.harness.identity import run_key
+    from lengthgen.harness.run import execute
 
     flags = flag_overrides(steps=steps, max_factor=max_factor, train_length=train_length,
-                           eval_samples=eval_samples, selection=selection.value if selection else None)
+                           eval_samples=eval_samples, selection=selection)
     config = build_run_config(
         task_name, attn, pos=pos, preset=preset, seed=seed,
         task_params=parse_assignments(param, "--param"),
@@ -279,11 +267,11 @@ def run_command(
     )
     _check_run_environment(device, log)
     out_dir = folder_for_writing(out, "--out")
-    typer.echo(f"run {safe_name(config.run_id())}: {config.task} / {config.attn} ({config.pos}), preset "
+    typer.echo(f"run {run_key(config)}: {config.task} / {config.attn} ({config.pos}), preset "
                f"{config.preset}, L={config.train.train_length}, {config.train.steps} steps, "
                f"eval up to {config.eval.max_factor}x", err=True)
-    frame = execute(config, out_dir, device_name=device.value, progress=not quiet,
-                    log=log.value if log else None)
+    frame = execute(config, out_dir, device_name=device, progress=not quiet,
+                    log=log)
     typer.echo(format_table(frame))
     run_dir = out_dir / str(frame["run_id"].iloc[0])
     typer.echo(f"results: {run_dir / 'results.parquet'}")
@@ -305,7 +293,7 @@ def eval_command(
     attn_option: list[str] = typer.Option(None, "--attn-option",
                                           help="Evaluate with this backend option key=value."),
     redo: bool = typer.Option(False, "--redo", help="Re-evaluate lengths the results already hold."),
-    device: Device = typer.Option(Device.auto, "--device"),
+    device: Device = typer.Option("auto", "--device"),
     log: Log | None = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
     trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
@@ -344,8 +332,8 @@ def _evaluate_one(plan: Any, redo: bool, device: Device, log: Log | None, quiet:
     label = f" [{plan.variant}]" if plan.variant else ""
     typer.echo(f"eval {plan.run.run_id}{label}: {len(todo)} of {len(plan.factors)} lengths to evaluate "
                f"(up to {plan.config.eval.max_factor}x)", err=True)
-    outcome = run_evaluation(plan, todo, device_name=device.value, progress=not quiet,
-                             log=log.value if log else None)
+    outcome = run_evaluation(plan, todo, device_name=device, progress=not quiet,
+                             log=log)
     if not outcome.rows.empty:
         typer.echo(format_table(outcome.rows))
     for written in outcome.written:
@@ -354,11 +342,6 @@ def _evaluate_one(plan: Any, redo: bool, device: Device, log: Log | None, quiet:
         typer.echo(f"error: evaluation of {plan.run.run_id} stopped: {outcome.error}", err=True)
         return 1
     return 0
-
-
-class Launcher(str, Enum):
-    local = "local"
-    ray = "ray"
 
 
 @app.command("sweep")
@@ -381,10 +364,10 @@ def sweep_command(
         help="Config field, e.g. train.lr=5e-4 (repeatable); several values make a grid: train.lr=1e-3,2e-3",
     ),
     out: str = typer.Option(..., "--out", help="Sweep folder: DIR/data (results), DIR/runs (artifacts)."),
-    launcher: Launcher = typer.Option(Launcher.local, "--launcher", help="local or ray."),
+    launcher: Launcher = typer.Option("local", "--launcher", help="local or ray."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster to join (else local)."),
     jobs: int | None = typer.Option(None, "--jobs", help="Runs at once (local: processes; ray: CPU share)."),
-    device: Device = typer.Option(Device.auto, "--device"),
+    device: Device = typer.Option("auto", "--device"),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Redo runs recorded as failed."),
     shard: str | None = typer.Option(None, "--shard", help="I/N: every N-th run from the I-th (0-based)."),
     log: Log | None = typer.Option(None, "--log", help=LOG_HELP),
@@ -406,8 +389,8 @@ def sweep_command(
             ("--train-length", train_length), ("--selection", selection), ("--param", param),
             ("--attn-option", attn_option), ("--set", override), ("--shard", shard), ("--log", log),
             ("--ray-address", ray_address)) if value]
-        if given or launcher is not Launcher.local:
-            flags = ", ".join(given + ([] if launcher is Launcher.local else ["--launcher"]))
+        if given or launcher != "local":
+            flags = ", ".join(given + ([] if launcher == "local" else ["--launcher"]))
             raise UserError(f"--plan sets the grid itself; drop {flags} (the plan file holds every setting; "
                             "with --plan: --out, --jobs, --device, --retry-failed, --dry-run, --quiet)")
         _run_plan(plan_file, out, jobs or 1, device, retry_failed, dry_run, quiet)
@@ -420,11 +403,11 @@ def sweep_command(
         tasks=sw.parse_list(tasks, "task"), attns=sw.parse_list(attns, "attention backend"),
         positions=sw.parse_list(positions or "nape", "position scheme"), seeds=sw.parse_seeds(seeds or "0"),
         preset=preset, steps=steps, max_factor=max_factor, eval_samples=eval_samples,
-        train_length=train_length, selection=selection.value if selection else None,
+        train_length=train_length, selection=selection,
         task_params=parse_assignments(param, "--param"), overrides=shared, grid=grid,
         attn_options=parse_assignments(attn_option, "--attn-option"),
     )
-    if ray_address and launcher is not Launcher.ray:
+    if ray_address and launcher != "ray":
         raise UserError("--ray-address needs --launcher ray")
     configs = sw.validate_spec(spec)
     if shard is not None:
@@ -432,24 +415,24 @@ def sweep_command(
     if dry_run:
         _list_missing_runs(configs, out, retry_failed)
         return
-    if launcher is Launcher.ray:
+    if launcher == "ray":
         try:
             import ray  # noqa: F401
         except ImportError:
             raise UserError("--launcher ray needs Ray: pip install 'lengthgen[ray]'") from None
-    _check_run_environment(device if launcher is Launcher.local else None, log)
+    _check_run_environment(device if launcher == "local" else None, log)
     out_dir = folder_for_writing(out, "--out")
     settings = f"{len(spec.points())} settings x " if spec.grid else ""
     typer.echo(f"sweep: {len(configs)} runs ({len(spec.tasks)} tasks x {len(spec.attns)} backends x "
                f"{len(spec.positions)} position schemes x {settings}{len(spec.seeds)} seeds"
-               f"{f', shard {shard}' if shard else ''}), preset {preset}, launcher {launcher.value} -> {out}",
+               f"{f', shard {shard}' if shard else ''}), preset {preset}, launcher {launcher} -> {out}",
                err=True)
     report = sw.SweepReport(len(configs), 0, 0)
     try:
         with sw.sigterm_stops_cleanly():
-            sw.run_sweep(configs, out_dir, launcher=launcher.value, device=device.value, jobs=jobs,
+            sw.run_sweep(configs, out_dir, launcher=launcher, device=device, jobs=jobs,
                          ray_address=ray_address, retry_failed=retry_failed, progress=not quiet,
-                         report=report, log=log.value if log else None)
+                         report=report, log=log)
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM
         report.interrupted = True
         for line in sw.summarize(report, out):
@@ -489,7 +472,7 @@ def _run_plan(plan_file: str, out: str, jobs: int, device: Device, retry_failed:
     echo = (lambda line: None) if quiet else (lambda line: typer.echo(line, err=True))
     try:
         with sw.sigterm_stops_cleanly(), new_folder(sw.data_dir(out_dir)):
-            execute.run_plan(plan, out_dir, jobs=jobs, device=device.value, retry_failed=retry_failed,
+            execute.run_plan(plan, out_dir, jobs=jobs, device=device, retry_failed=retry_failed,
                              echo=echo, progress=not quiet, report=report)
     except KeyboardInterrupt as stop:
         typer.echo(f"interrupted: {report.remaining} pieces of work left; run the same command again "
@@ -572,17 +555,12 @@ def leaderboard_command(
         typer.echo(str(path))
 
 
-class PlotKind(str, Enum):
-    exact = "exact"
-    dispersion = "dispersion"
-
-
 @app.command("plot")
 def plot_command(
     results: str = typer.Argument(..., help="Sweep folder (its data/ is read) or results folder/file."),
     task_name: str = typer.Option(..., "--task", help="Task to plot."),
     output: str = typer.Option(..., "-o", "--output", help="Figure to write: .svg or .png (200 dpi)."),
-    kind: PlotKind = typer.Option(PlotKind.exact, "--kind",
+    kind: PlotKind = typer.Option("exact", "--kind",
                                   help="exact: exact match vs length; dispersion: entropy and support."),
 ) -> None:
     """One figure for one task, as on the leaderboard: exact match vs length, or attention entropy
@@ -597,7 +575,7 @@ def plot_command(
     if task_name not in tasks:
         raise UserError(f"no ok results for task {task_name!r} under {results!r}; "
                         f"tasks with results: {', '.join(tasks) or '(none)'}")
-    draw = plot_exact_match if kind is PlotKind.exact else plot_dispersion
+    draw = plot_exact_match if kind == "exact" else plot_dispersion
     with new_folder(target.parent):
         typer.echo(str(draw(rows, task_name, target)))
 
@@ -607,7 +585,7 @@ def verify_command(
     sample: int | None = typer.Option(None, "--sample", help="Re-derive this many runs, drawn at random "
                                                               "with --seed [default: all]."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sampler."),
-    device: Device = typer.Option(Device.cpu, "--device"),
+    device: Device = typer.Option("cpu", "--device"),
     trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
 ) -> None:
     """Retrain runs from their recorded configs and compare every row; exit 1 on any difference."""
@@ -621,7 +599,7 @@ def verify_command(
     typer.echo(f"verify: re-deriving {min(sample or len(runs), len(runs))} of {len(runs)} runs under {path}",
                err=True)
     with trusted_plugins(everything=trust_plugins):
-        checks = verify.verify(path, sample=sample, seed=seed, device=device.value, echo=typer.echo)
+        checks = verify.verify(path, sample=sample, seed=seed, device=device, echo=typer.echo)
     report = verify.write_report(path, checks, len(runs))
     bad = [c for c in checks if not c.ok]
     typer.echo(f"verify: {len(checks) - len(bad)} of {len(checks)} runs re-derived identically; "

@@ -78,15 +78,6 @@ class ModelConfig(_Frozen):
         return self.n_layers * per_layer + 2 * (self.vocab_size or 0) * self.d_model
 
 
-def train_length_range(
-    train_length: int, min_train_length: int | None, task_min_length: int
-) -> tuple[int, int]:
-    """Training lengths are drawn uniformly from this range: [min_train_length, L], where the
-    low end defaults to L/2 and never goes under the task's minimum."""
-    low = min_train_length if min_train_length is not None else train_length // 2
-    return max(task_min_length, min(low, train_length)), train_length
-
-
 class TrainConfig(_Frozen):
     steps: int = Field(1000, ge=0, le=limits.MAX_STEPS)
     batch_size: int = Field(64, ge=1, le=limits.MAX_SAMPLES)
@@ -217,16 +208,22 @@ class RunConfig(_Frozen):
 SECTIONS: tuple[str, ...] = ("train", "eval", "arch")
 
 
-def parse_value(raw: str) -> Any:
-    """A value typed on the command line: JSON when it is JSON (numbers, true/false, null, lists,
-    objects), else the text itself. ``NaN`` and ``Infinity`` stay text; the config then refuses
-    them with a one-line error instead of training on them."""
+def parse_json(text: str) -> Any:
+    """``text`` as JSON, where ``NaN`` and ``Infinity`` are not numbers: ValueError for them, as for
+    any text that is not JSON."""
 
     def refuse(constant: str) -> Any:
         raise ValueError(constant)
 
+    return json.loads(text, parse_constant=refuse)
+
+
+def parse_value(raw: str) -> Any:
+    """A value typed on the command line: JSON when it is JSON (numbers, true/false, null, lists,
+    objects), else the text itself. ``NaN`` and ``Infinity`` stay text; the config then refuses
+    them with a one-line error instead of training on them."""
     try:
-        return json.loads(raw, parse_constant=refuse)
+        return parse_json(raw)
     except ValueError:
         return raw
 
@@ -323,13 +320,16 @@ def build_run_config(
     task_params: Mapping[str, Any] | None = None,
     attn_options: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    start: RunConfig | None = None,
 ) -> RunConfig:
     """The preset for (task, preset) with the caller's settings, fully checked.
 
     ``overrides`` maps ``SECTION.FIELD`` to a value (``{"train.lr": 5e-4, "eval.max_factor": 8}``).
     Two fields follow a changed neighbour unless set themselves: ``eval.min_samples`` never
     exceeds a lowered ``eval.samples``, and a preset's ``train.min_train_length`` above a lowered
-    ``train.train_length`` falls back to the default (L/2). Raises :class:`UserError`.
+    ``train.train_length`` falls back to the default (L/2). ``start``: a recorded run's config
+    whose sections replace the preset's (``lengthgen eval`` changes a few fields of a trained
+    run). Raises :class:`UserError`.
     """
     from lengthgen.attention import ATTENTION
     from lengthgen.attention.positions import POSITION_SCHEMES, get_position_scheme
@@ -345,7 +345,8 @@ def build_run_config(
     for what, given in mappings.items():
         if given is not None and not (isinstance(given, Mapping) and all(isinstance(k, str) for k in given)):
             raise UserError(f"{what} must be a mapping of names to values (a dict), got {given!r}")
-    sections = preset_sections(task, preset)
+    preset_values = preset_sections(task, preset)  # checks the preset's name in either case
+    sections = preset_values if start is None else _sections(start)
     given = _by_section(overrides or {})
     values = {name: {**sections.get(name, {}), **given[name]} for name in SECTIONS}
     preset_eval, preset_train = sections.get("eval", {}), sections.get("train", {})
@@ -395,6 +396,12 @@ def build_run_config(
             raise UserError(f"train.{name} {value} is under the minimum of task {task_obj.name!r} "
                             f"({minimum} {task_obj.length_unit})")
     return config
+
+
+def _sections(config: RunConfig) -> dict[str, dict[str, Any]]:
+    """The config's sections and task parameters, as a preset gives them."""
+    dumped = config.model_dump(mode="json")
+    return {**{section: dumped[section] for section in SECTIONS}, "task_params": dumped["task_params"]}
 
 
 def dotted(config: RunConfig) -> dict[str, Any]:

@@ -16,3 +16,10 @@ class UserError(Exception):
 class UserNotice(UserWarning):
     """A warning for users, not developers (a skipped plugin, an unreadable results file):
     the command line prints it as one ``warning: ...`` line without a source location."""
+
+
+def exception_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: how a caught exception is reported in one line (the
+    error of a failed run's row, a broken plugin in a listing, a skipped file)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

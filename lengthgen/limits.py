@@ -25,7 +25,7 @@ MAX_SEED = 2**32 - 1
 MAX_SEEDS = 10_000
 #: Most runs in one sweep (tasks × backends × schemes × settings × seeds).
 MAX_RUNS = 100_000
-#: Most training steps (the paper trains 50,000).
+#: Most training steps (far above the paper's longest training, lengthgen/leaderboard/paper.py).
 MAX_STEPS = 10**7
 #: Most model parameters, estimated from the layer sizes (the paper's largest model has ~13 M).
 MAX_PARAMS = 4 * 10**9

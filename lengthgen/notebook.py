@@ -129,8 +129,7 @@ def sweep(
     from lengthgen.paths import folder_for_writing
 
     sweeps.check_jobs(jobs)
-    if launcher not in ("local", "ray"):
-        raise UserError(f"unknown launcher {launcher!r}; valid launchers: local, ray")
+    sweeps.check_launcher(launcher)
     spec = sweeps.SweepSpec(tasks=_names(task, "task"), attns=_names(attn, "attn"),
                             positions=_names(pos, "pos"), seeds=_seeds(seeds), preset=preset,
                             task_params=_mapping(task_params, "task_params"),

@@ -16,6 +16,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+#: The package version (``lengthgen.__version__``), recorded in every row as ``lengthgen_version``.
+VERSION = "0.1.0"
+
 #: Bumped whenever a kernel, the model, the training loop or the evaluation changes any result.
 #: 1: rows made before this column existed (the α-entmax training path before the numba row
 #: solver, and everything older); 2: the numba Newton row solver in α-entmax training.

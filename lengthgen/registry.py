@@ -1,9 +1,12 @@
 """One registry mechanism for tasks and attention backends.
 
-Built-ins register with a decorator at import time; separate packages add entries through a
-Python entry-point group, discovered lazily on first lookup so a broken plugin never costs
-anything (nor breaks anything) until someone asks for the list. Ad-hoc local variants are
-reachable as ``path/to/file.py:ClassName`` or ``package.module:ClassName`` without packaging.
+Every class registers the same way, with the registry's ``register()`` decorator. A registry
+knows the package that holds its built-ins and imports every module in it on the first lookup,
+so a new built-in is one new file there with a decorated class, and no list anywhere names it.
+Separate packages add entries through a Python entry-point group, discovered lazily on first
+lookup so a broken plugin never costs anything (nor breaks anything) until someone asks for the
+list; a script or notebook can call the decorator itself. Ad-hoc local variants are reachable as
+``path/to/file.py:ClassName`` or ``package.module:ClassName`` without packaging.
 
 Names read from a result or run folder are data, and a folder may come from someone else: while
 :func:`reading_data` is active, a ``file.py:Class`` or ``module:Class`` spec is imported only if
@@ -17,6 +20,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import pkgutil
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -27,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from lengthgen.errors import UserError, UserNotice
+from lengthgen.errors import UserError, UserNotice, exception_line
 
 T = TypeVar("T")
 
@@ -92,11 +96,6 @@ class PluginWarning(UserNotice):
     """A plugin was skipped on purpose (its name belongs to a built-in); the CLI prints it in one line."""
 
 
-def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 @dataclass(frozen=True)
 class Entry(Generic[T]):
     name: str
@@ -116,6 +115,8 @@ class Registry(Generic[T]):
 
     ``validate`` checks that an object has the right shape (e.g. subclasses ``Task``); it raises
     ``TypeError`` with a readable message otherwise. Plugins failing it are reported, not fatal.
+    ``builtins`` names the package whose modules define the built-ins (imported on first lookup;
+    the import is by name, so the registry never depends on what it finds there).
     """
 
     def __init__(
@@ -123,12 +124,12 @@ class Registry(Generic[T]):
         kind: str,
         group: str,
         validate: Callable[[object], None] | None = None,
-        builtin_loader: Callable[[], None] | None = None,
+        builtins: str | None = None,
     ) -> None:
         self.kind = kind
         self.group = group
         self._validate = validate
-        self._builtin_loader = builtin_loader
+        self._builtins = builtins
         self._entries: dict[str, Entry[T]] = {}
         self._plugins_loaded = False
         self._builtins_loaded = False
@@ -137,16 +138,21 @@ class Registry(Generic[T]):
 
     # -- registration -------------------------------------------------------------------------
     def register(self, name: str | None = None) -> Callable[[T], T]:
-        """Decorator registering a built-in under ``name`` (default: the object's ``name``)."""
+        """Decorator registering a class under ``name`` (default: its ``name``): a built-in when its
+        module is in the built-in package, else an in-process registration (a script, a notebook)."""
 
         def decorate(obj: T) -> T:
             key = name or getattr(obj, "name", None)
             if not isinstance(key, str) or not key:
                 raise RegistryError(f"cannot register {_origin_of(obj)}: no name given")
-            self.add(key, obj, builtin=True)
+            self.add(key, obj, builtin=self._is_builtin(obj))
             return obj
 
         return decorate
+
+    def _is_builtin(self, obj: object) -> bool:
+        module = str(getattr(obj, "__module__", ""))
+        return self._builtins is not None and module.startswith(f"{self._builtins}.")
 
     def add(self, name: str, obj: T, *, builtin: bool = False, origin: str | None = None) -> None:
         """Add one entry; a second registration under the same name is an error."""
@@ -164,10 +170,13 @@ class Registry(Generic[T]):
 
     # -- discovery ----------------------------------------------------------------------------
     def _ensure_builtins(self) -> None:
-        if not self._builtins_loaded:
-            self._builtins_loaded = True
-            if self._builtin_loader is not None:
-                self._builtin_loader()
+        """Import every module of the built-in package: their decorators register the built-ins."""
+        if self._builtins_loaded or self._builtins is None:
+            return
+        self._builtins_loaded = True
+        package = importlib.import_module(self._builtins)
+        for module in pkgutil.iter_modules(package.__path__, prefix=f"{self._builtins}."):
+            importlib.import_module(module.name)
 
     def _ensure_plugins(self) -> None:
         self._ensure_builtins()
@@ -187,7 +196,7 @@ class Registry(Generic[T]):
             if self._validate is not None:
                 self._validate(obj)
         except (Exception, SystemExit) as exc:  # a broken plugin must never break the CLI
-            self.broken[ep.name] = _one_line(exc)
+            self.broken[ep.name] = exception_line(exc)
             return
         existing = self._entries.get(ep.name)
         if existing is not None:
@@ -268,7 +277,7 @@ def load_object(spec: str, validate: Callable[[object], None] | None = None) -> 
     except PluginLoadError:
         raise
     except (Exception, SystemExit) as exc:
-        raise PluginLoadError(f"cannot load {spec!r}: {_one_line(exc)}") from exc
+        raise PluginLoadError(f"cannot load {spec!r}: {exception_line(exc)}") from exc
     try:
         obj = getattr(module, attr)
     except AttributeError:

@@ -63,11 +63,11 @@ N_HEADS, D_HEAD, BATCH, SEQ, VOCAB = 4, 8, 2, 19, 12
 
 def resolve_backend(backend: BackendLike) -> type[AttentionBackend]:
     """A backend class from a class, a registered name, or a ``file.py:Class`` / ``module:Class``."""
-    from lengthgen.attention import _validate_backend
+    from lengthgen.attention import validate_backend
 
     cls = ATTENTION.get(backend) if isinstance(backend, str) else backend
     try:
-        _validate_backend(cls)
+        validate_backend(cls)
     except TypeError as exc:
         raise AssertionError(f"not a usable backend: {exc}") from None
     if not (inspect.isclass(cls.Options) and issubclass(cls.Options, BackendOptions)):

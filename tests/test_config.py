@@ -23,7 +23,7 @@ from lengthgen.config import (
     parse_value,
 )
 from lengthgen.errors import UserError
-from lengthgen.harness.run import safe_name
+from lengthgen.harness.identity import run_key
 from lengthgen.presets import PAPER, QUICK
 from lengthgen.tasks import get_task
 
@@ -181,7 +181,7 @@ def test_committed_results_keep_their_run_ids() -> None:
     assert len(committed) >= 78
     for path, row, config in committed:
         assert config.canonical_json() == row["config_json"], path.name
-        assert config.config_hash() == row["config_hash"] and safe_name(config.run_id()) == row["run_id"]
+        assert config.config_hash() == row["config_hash"] and run_key(config) == row["run_id"]
         assert path.stem == row["run_id"]
         rebuilt = build_run_config(row["task"], row["attn"], pos=row["pos"], preset=row["preset"],
                                    seed=int(row["seed"]), task_params=config.task_params,

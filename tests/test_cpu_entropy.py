@@ -1,4 +1,4 @@
-"""The CPU scores pass of softmax row statistics (``cpu_entropy``): log-sum-exp and entropy of every
+"""The CPU scores pass of softmax row statistics (``cpu/entropy.py``): log-sum-exp and entropy of every
 query row against an fp64 definition, with ALiBi heads whose window really cuts keys, query rows
 in any order, one-key rows, and flat, random and peaked rows."""
 
@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen.kernels import cpu_entropy
-from lengthgen.kernels.cpu_blocks import RowJob
-from lengthgen.kernels.cpu_entropy import entropy_available, softmax_lse_entropy
-from lengthgen.kernels.cpu_softmax import WINDOW_EPS
+from lengthgen.kernels.cpu import entropy as cpu_entropy
+from lengthgen.kernels.cpu.blocks import RowJob
+from lengthgen.kernels.cpu.entropy import softmax_lse_entropy
+from lengthgen.kernels.cpu.softmax import WINDOW_EPS
 from lengthgen.kernels.problem import prepare
 
-pytestmark = pytest.mark.skipif(not entropy_available(), reason="numba unavailable")
+pytestmark = pytest.mark.skipif(bool(cpu_entropy.KERNEL.unavailable_reason()), reason="numba unavailable")
 
 N = 301  # odd, not a multiple of the kernel's 16- and 128-key blocks
 SLOPES = torch.tensor([0.7, 0.0, 1 / 16, 2.0])

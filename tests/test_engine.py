@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lengthgen.kernels import chunking, diagnostics, engine, fallback
-from lengthgen.kernels.cpu_entmax import fused_available
+from lengthgen.kernels.cpu.jit import NUMBA_ERROR, Kernel
 from lengthgen.kernels.engine import attend
 from lengthgen.kernels.normalizers import AdaptiveTemperature, Custom, Entmax, Softmax, TopK
 from lengthgen.kernels.problem import prepare
@@ -27,7 +27,7 @@ try:
 except ImportError:
     HAS_TRITON = False
 ATOL = 1e-5
-#: Adaptive temperature's fused path takes θ from an fp32 entropy (see ``cpu_softmax``).
+#: Adaptive temperature's fused path takes θ from an fp32 entropy (see ``cpu/softmax.py``).
 ATOL_FUSED_ADAPTIVE = 3e-5
 
 
@@ -40,7 +40,7 @@ def _relu2(scores: torch.Tensor) -> torch.Tensor:
 
 def _paths(normalizer: object) -> list[str]:
     paths = ["materialized", "chunked"]
-    if isinstance(normalizer, Entmax | TopK | Softmax | AdaptiveTemperature) and fused_available():
+    if isinstance(normalizer, Entmax | TopK | Softmax | AdaptiveTemperature) and NUMBA_ERROR is None:
         paths.append("fused")
     if isinstance(normalizer, Entmax) and HAS_TRITON and INTERPRET:
         paths.append("triton")
@@ -127,7 +127,7 @@ def test_no_keys_gives_zero_rows_on_every_path() -> None:
     q = torch.randn(1, 2, 3, 4)
     k = v = torch.zeros(1, 2, 0, 4)
     for normalizer in (Softmax(), TopK(2), Entmax(1.5), Custom(_relu2)):
-        for path in ("materialized", "chunked", "fused") if fused_available() else ("materialized",):
+        for path in ("materialized", "chunked", "fused") if NUMBA_ERROR is None else ("materialized",):
             if isinstance(normalizer, Custom) and path == "fused":
                 continue
             out, diag = attend(q, k, v, normalizer, causal=False, q_positions=torch.arange(3), impl=path,
@@ -211,12 +211,26 @@ def test_integer_inputs_are_refused_and_gradients_let_nan_through() -> None:
     assert torch.isnan(out).all()
 
 
-def test_both_kernel_fallbacks_warn_once_the_same_way(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lengthgen.kernels import cpu_entmax, triton_entmax
+def _missing(what: str) -> Kernel:
+    """A kernel whose build fails as it does without numba."""
+
+    def build() -> None:
+        raise ImportError("no numba")
+
+    return Kernel(what, build, lambda kernel: None)
+
+
+def test_kernel_fallbacks_warn_once_per_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without numba the α-entmax and top-k kernels fall back with one warning, without triton
+    another; each names what runs instead."""
+    from lengthgen.kernels.cpu import entmax as cpu_entmax
+    from lengthgen.kernels.cpu import topk as cpu_topk
+    from lengthgen.kernels.triton import entmax as triton_entmax
 
     fallback.reset()
-    monkeypatch.setattr(cpu_entmax, "fused_unavailable_reason", lambda: "ImportError: no numba")
-    monkeypatch.setattr(triton_entmax, "triton_unavailable_reason", lambda: "ImportError: no triton")
+    monkeypatch.setattr(cpu_entmax, "KERNEL", _missing("the fused CPU α-entmax kernel"))
+    monkeypatch.setattr(cpu_topk, "KERNEL", _missing("the fused CPU top-k kernel"))
+    monkeypatch.setattr(triton_entmax, "unavailable_reason", lambda: "ImportError: no triton")
     q, k, v = (torch.randn(1, 2, 30, 4) for _ in range(3))
     cuda_like = SimpleNamespace(device=torch.device("cuda"))
     prob = prepare(q, k, v, True, None, None, None)
@@ -270,7 +284,7 @@ def test_every_blocked_path_takes_its_blocks_from_the_one_policy(monkeypatch: py
     q, k, v = (torch.randn(1, 2, 40, 8) for _ in range(3))
     for normalizer, path in [(Custom(_relu2), "chunked"), (Entmax(1.5), "chunked"), (Entmax(1.5), "fused"),
                              (TopK(3), "fused"), (Softmax(), "fused")]:
-        if path == "fused" and not fused_available():
+        if path == "fused" and NUMBA_ERROR is not None:
             continue
         calls.clear()
         attend(q, k, v, normalizer, impl=path, diagnostics=True)

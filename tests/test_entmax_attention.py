@@ -11,16 +11,19 @@ import torch
 
 entmax_pkg = pytest.importorskip("entmax")
 
-from lengthgen.kernels import cpu_entmax, entmax_attention, fallback  # noqa: E402
-from lengthgen.kernels.cpu_entmax import fused_available, fused_entmax_attention  # noqa: E402
+from lengthgen.kernels import entmax_attention, fallback  # noqa: E402
+from lengthgen.kernels.cpu import entmax as cpu_entmax  # noqa: E402
+from lengthgen.kernels.cpu.entmax import fused_entmax_attention  # noqa: E402
+from lengthgen.kernels.cpu.jit import Kernel  # noqa: E402
 from lengthgen.kernels.problem import prepare  # noqa: E402
-from lengthgen.kernels.torch_entmax import chunked_entmax_attention  # noqa: E402
+from lengthgen.kernels.reference.entmax import chunked_entmax_attention  # noqa: E402
 from lengthgen.testing import forced_chunking  # noqa: E402
 
 IMPLS = ["materialized", "chunked", "fused"]
 ATOL = 2e-5  # fp32 paths vs the fp64 oracle (the exactness bound is 1e-5)
 
-needs_numba = pytest.mark.skipif(not fused_available(), reason="numba unavailable")
+FUSED = not cpu_entmax.KERNEL.unavailable_reason()
+needs_numba = pytest.mark.skipif(not FUSED, reason="numba unavailable")
 
 
 def brute(q, k, v, alpha, causal=True, slopes=None, scale=None, pos=None):  # noqa: ANN001, ANN201
@@ -57,7 +60,7 @@ def inputs(B=2, H=3, Nq=37, Nk=None, D=8, regime="random", seed=0):  # noqa: ANN
 
 
 def run(impl, q, k, v, alpha, **kw):  # noqa: ANN001, ANN201
-    if impl == "fused" and not fused_available():
+    if impl == "fused" and not FUSED:
         pytest.skip("numba unavailable")
     return entmax_attention(q, k, v, alpha, impl=impl, **kw)
 
@@ -247,8 +250,10 @@ def test_auto_dispatch_and_gradients() -> None:
 
 
 def test_auto_falls_back_to_chunked_without_numba(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_entmax, "_kernel", None)
-    monkeypatch.setattr(cpu_entmax, "_kernel_error", ImportError("No module named 'numba'"))
+    def build() -> None:
+        raise ImportError("No module named 'numba'")
+
+    monkeypatch.setattr(cpu_entmax, "KERNEL", Kernel(cpu_entmax.KERNEL.what, build, lambda kernel: None))
     fallback.reset()
     q, k, v = inputs(Nq=15, seed=14)
     with warnings.catch_warnings(record=True) as caught:

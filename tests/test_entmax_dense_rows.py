@@ -13,10 +13,10 @@ import torch
 
 entmax_pkg = pytest.importorskip("entmax")
 
-from lengthgen.kernels.cpu_entmax import fused_available, fused_entmax_attention  # noqa: E402
+from lengthgen.kernels.cpu.entmax import KERNEL, fused_entmax_attention  # noqa: E402
 from lengthgen.kernels.problem import prepare  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not fused_available(), reason="numba unavailable")
+pytestmark = pytest.mark.skipif(bool(KERNEL.unavailable_reason()), reason="numba unavailable")
 
 N = 161  # odd, and not a multiple of the sampling stride or the chunk size
 ALPHAS = (1.25, 1.5, 2.0)
@@ -105,8 +105,8 @@ def test_newton_from_either_side_ends_on_the_exact_threshold(alpha: float, offse
     must come back."""
     import numpy as np
 
-    from lengthgen.kernels.cpu_entmax import _newton_dense
-    from lengthgen.kernels.entmax_newton import newton_params
+    from lengthgen.kernels.cpu.entmax import _newton_dense
+    from lengthgen.kernels.cpu.entmax_newton import newton_params
 
     top = torch.tensor([0.0, -0.3], dtype=torch.float32)
     tau = _tau_by_bisection(top, alpha)

@@ -10,7 +10,11 @@ import torch
 entmax_pkg = pytest.importorskip("entmax")
 
 from lengthgen.kernels import normalizers  # noqa: E402
-from lengthgen.kernels.cpu_entmax_rows import entmax_rows, rows_kernel_applies  # noqa: E402
+from lengthgen.kernels.cpu import entmax_rows as row_solver  # noqa: E402
+from lengthgen.kernels.cpu.entmax_rows import entmax_rows  # noqa: E402
+from lengthgen.kernels.engine import attend  # noqa: E402
+
+pytestmark = pytest.mark.skipif(bool(row_solver.KERNEL.unavailable_reason()), reason="numba unavailable")
 
 ALPHAS = (1.25, 1.5, 2.0)
 
@@ -39,7 +43,6 @@ def _reference(z: torch.Tensor, alpha: float) -> torch.Tensor:
 @pytest.mark.parametrize("kind", ["random", "wide", "flat"])
 def test_forward_and_backward_match_the_entmax_package(alpha: float, kind: str) -> None:
     z = _scores(kind)
-    assert rows_kernel_applies(z, alpha)
     ref_in = z.double().requires_grad_()
     got_in = z.clone().requires_grad_()
     ref = _reference(ref_in, alpha)
@@ -63,12 +66,24 @@ def test_non_finite_rows_follow_the_reference_definition() -> None:
     assert torch.equal(entmax_rows(z, 1.5), entmax(z, 1.5))
 
 
-def test_the_entmax_normalizer_takes_the_kernel_only_where_it_applies() -> None:
-    z = _scores("random")
-    assert not rows_kernel_applies(z.double(), 1.5)
-    assert not rows_kernel_applies(z, 2.5)
+def test_the_engine_takes_the_kernel_only_where_it_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training (the materialized path) solves α-entmax rows with the kernel for one α on float32
+    CPU scores, and with the normalizer's torch reference otherwise (float64, an α per head)."""
+    calls: list[float] = []
+
+    def counted(z: torch.Tensor, alpha: float) -> torch.Tensor:
+        calls.append(alpha)
+        return entmax_rows(z, alpha)
+
+    monkeypatch.setattr(row_solver, "entmax_rows", counted)
+    q = torch.randn(1, 3, 9, 4, requires_grad=True)
     per_head = normalizers.Entmax(torch.tensor([1.5, 1.25, 2.0]))
     scalar = normalizers.Entmax(1.5)
+    for query, normalizer, expected in ((q, scalar, [1.5]), (q.double(), scalar, []), (q, per_head, [])):
+        calls.clear()
+        attend(query, query, query, normalizer)
+        assert calls == expected, (query.dtype, normalizer)
+    z = _scores("random")
     expected = torch.stack([_reference(z[:, h], a) for h, a in enumerate((1.5, 1.25, 2.0))], 1)
     assert torch.allclose(per_head.probs(z).double(), expected, atol=2e-6, rtol=0)
     assert torch.allclose(scalar.probs(z).double(), _reference(z, 1.5), atol=2e-6, rtol=0)

@@ -19,10 +19,10 @@ import torch
 from typer.testing import CliRunner
 
 import lengthgen.api as api
-from lengthgen.attention import ATTENTION, _validate_backend
+from lengthgen.attention import ATTENTION, validate_backend
 from lengthgen.cli import app
 from lengthgen.registry import PluginLoadError, PluginWarning, Registry, UnknownNameError
-from lengthgen.tasks import TASKS, _validate_task
+from lengthgen.tasks import TASKS, validate_task
 from lengthgen.testing import CHECKS, check_backend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,8 +235,8 @@ def test_example_distribution_discovered() -> None:
     groups = {(ep.group, ep.name) for ep in dist.entry_points}
     assert {("lengthgen.attention", "relu2"), ("lengthgen.tasks", "parity")} <= groups
     for group, kind, validate, name in [
-        ("lengthgen.attention", "attention backend", _validate_backend, "relu2"),
-        ("lengthgen.tasks", "task", _validate_task, "parity"),
+        ("lengthgen.attention", "attention backend", validate_backend, "relu2"),
+        ("lengthgen.tasks", "task", validate_task, "parity"),
     ]:
         registry = Registry(kind, group, validate=validate)  # empty: only what entry points give
         assert name in registry.names(), registry.broken

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lengthgen.registry import DuplicateNameError, PluginLoadError, Registry, UnknownNameError
-from lengthgen.tasks import TASKS, Task, _validate_task, get_task, register_task
+from lengthgen.tasks import TASKS, Task, get_task, register_task, validate_task
 
 PLUGIN_MODULE = "lg_fake_plugin_mod"
 
@@ -87,7 +87,7 @@ def plugin_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
 
 def fresh_task_registry() -> Registry[type[Task]]:
     """A registry over the real ``lengthgen.tasks`` group, without touching the global one."""
-    return Registry("task", "lengthgen.tasks", validate=_validate_task)
+    return Registry("task", "lengthgen.tasks", validate=validate_task)
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,3 +262,84 @@ def test_bad_specs(tmp_path: Path) -> None:
         TASKS.get(":Copy")
     with pytest.raises(PluginLoadError, match="ModuleNotFoundError"):
         TASKS.get("lg_no_such_module_anywhere:Copy")
+
+
+# --------------------------------------------------------------------------------------------
+TOY_TASK = '''
+"""A built-in task that exists only in this test: one new file in lengthgen/tasks/."""
+import numpy as np
+
+from lengthgen.tasks import register_task
+from lengthgen.tasks.base import Task, TaskBatch, Vocab, seq2seq_view
+
+
+@register_task()
+class Toy(Task):
+    name = "toy_last"
+    description = "Output the last of a run of bits (a throwaway built-in)."
+    length_unit = "bits"
+    min_length = 1
+    default_train_length = 4
+
+    @property
+    def vocab(self):
+        return Vocab.with_specials(["0", "1"])
+
+    def _generate(self, rng, n, length, split):
+        bits = rng.integers(0, 2, size=(n, length), dtype=np.int64)
+        ids, mask = seq2seq_view(bits + 4, bits[:, -1:] + 4)
+        return TaskBatch(ids, mask, bits.tolist(), bits[:, -1:].tolist())
+'''
+
+TOY_BACKEND = '''
+"""A built-in backend that exists only in this test: one new file in lengthgen/attention/."""
+import torch
+
+from lengthgen.attention import register_attention
+from lengthgen.attention.backend import AttentionBackend
+
+
+@register_attention()
+class Toy(AttentionBackend):
+    name = "toy_relu2"
+    description = "relu(z - max z + 1)^2, renormalized (a throwaway built-in)"
+
+    def normalize(self, scores):
+        z = scores.float()
+        w = torch.relu(z - z.amax(dim=-1, keepdim=True) + 1.0).square()
+        return w / w.sum(dim=-1, keepdim=True)
+'''
+
+
+def test_a_builtin_task_or_backend_is_one_new_file(tmp_path: Path) -> None:
+    """A copy of the package with one decorated task file and one decorated backend file added, and
+    nothing else changed: both are listed, and a run trains and evaluates them end to end."""
+    import shutil
+
+    import pandas as pd
+
+    import lengthgen
+
+    copy = tmp_path / "src" / "lengthgen"
+    shutil.copytree(Path(lengthgen.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "tasks" / "toy_last.py").write_text(TOY_TASK)
+    (copy / "attention" / "toy_relu2.py").write_text(TOY_BACKEND)
+    env = {**os.environ, "PYTHONPATH": str(copy.parent)}
+    cli = [sys.executable, "-m", "lengthgen.cli"]
+
+    def lengthgen_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([*cli, *args], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    tasks = {line.split()[0]: line for line in lengthgen_cli("tasks").stdout.splitlines()}
+    assert "Output the last of a run of bits" in tasks["toy_last"] and "[broken" not in tasks["toy_last"]
+    backends = {line.split()[0]: line for line in lengthgen_cli("attns").stdout.splitlines() if line.strip()}
+    assert "relu(z - max z + 1)^2" in backends["toy_relu2"]
+    lengthgen_cli("run", "--task", "toy_last", "--attn", "toy_relu2", "--steps", "3", "--max-factor", "2",
+                  "--eval-samples", "4", "--quiet", "--out", str(tmp_path / "runs"))
+    (results,) = (tmp_path / "runs").glob("toy_last-toy_relu2-*/results.parquet")
+    rows = pd.read_parquet(results)
+    assert list(rows["factor"]) == [1, 2] and (rows["status"] == "ok").all()
+    assert set(rows["task"]) == {"toy_last"} and set(rows["attn"]) == {"toy_relu2"}

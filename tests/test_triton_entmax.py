@@ -18,9 +18,9 @@ import torch
 pytest.importorskip("triton")
 entmax = pytest.importorskip("entmax")
 
-import lengthgen.kernels.triton_entmax as te  # noqa: E402
+import lengthgen.kernels.triton.entmax as te  # noqa: E402
 from lengthgen.kernels import entmax_attention  # noqa: E402
-from lengthgen.kernels.triton_entmax import triton_entmax_attention  # noqa: E402
+from lengthgen.kernels.triton.entmax import triton_entmax_attention  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
@@ -212,7 +212,7 @@ def test_rejects_bad_arguments(monkeypatch):
 
 def test_missing_triton_is_a_clear_runtime_error(monkeypatch):
     monkeypatch.setattr(te, "_kernels", None)
-    monkeypatch.setitem(sys.modules, "lengthgen.kernels._triton_entmax_kernels", None)
+    monkeypatch.setitem(sys.modules, "lengthgen.kernels.triton.entmax_kernels", None)
     q, k, v = make_qkv(1, 1, 4, 16)
     with pytest.raises(RuntimeError, match="triton"):
         triton_entmax_attention(q, k, v)

@@ -1,13 +1,11 @@
 """Attention backends: the interface plugins implement, the registry, and every built-in backend.
 
-Layout (each layer imports only the ones below it; ``tests/test_layout.py`` enforces it):
-
-* ``lengthgen.attention`` — this registry (entry-point group ``lengthgen.attention``), the backend
-  interface (``backend``), the position-scheme lookup (``positions``) and the built-in backends,
-  one file per family: ``softmax_family`` (softmax, ssmax, adaptive_temperature, topk) and
-  ``entmax_family`` (entmax, sparsemax, asentmax);
-* ``lengthgen.kernels`` — execution only: the one attention engine and its paths;
-* ``lengthgen.functional`` — pure math (α-entmax, position schemes, query scales), torch only.
+A built-in backend is an ``AttentionBackend`` subclass decorated with ``@register_attention()`` in a
+module of this package (``softmax_family``, ``entmax_family``): the registry imports every module
+here on its first lookup. Plugins add backends through the ``lengthgen.attention`` entry-point
+group (``lengthgen.registry``). The interface is ``backend``, the position-scheme lookup
+``positions``; a backend computes through the engine of ``lengthgen.kernels`` and the definitions
+of ``lengthgen.functional`` (the layers: ``docs/architecture.md``).
 """
 
 from __future__ import annotations
@@ -17,7 +15,8 @@ import inspect
 from lengthgen.registry import Registry
 
 
-def _validate_backend(obj: object) -> None:
+def validate_backend(obj: object) -> None:
+    """A ``TypeError`` saying why ``obj`` cannot be registered as a backend (nothing when it can)."""
     from lengthgen.attention.backend import AttentionBackend
 
     if not (inspect.isclass(obj) and issubclass(obj, AttentionBackend)):
@@ -31,24 +30,14 @@ def _validate_backend(obj: object) -> None:
             raise TypeError(f"backend class {obj.__name__} has no string attribute {attr!r}")
 
 
-def _load_builtins() -> None:
-    # The family modules list their classes; registering them here keeps those modules free of
-    # any import of this package (no cycle between the registry and the backends).
-    from lengthgen.attention.entmax_family import BACKENDS as ENTMAX_BACKENDS
-    from lengthgen.attention.softmax_family import BACKENDS as SOFTMAX_BACKENDS
-
-    for cls in (*SOFTMAX_BACKENDS, *ENTMAX_BACKENDS):
-        ATTENTION.add(cls.name, cls, builtin=True)
-
-
 ATTENTION: Registry = Registry(
-    "attention backend", "lengthgen.attention", validate=_validate_backend, builtin_loader=_load_builtins
+    "attention backend", "lengthgen.attention", validate=validate_backend, builtins=__name__
 )
 register_attention = ATTENTION.register
 
 
 def __getattr__(name: str) -> object:
-    # Re-export the public API lazily so importing the registry stays light and cycle-free.
+    # Re-export the public API lazily so importing the registry stays light.
     if name in ("AttentionBackend", "BackendOptions", "LayerSpec", "AttentionStats"):
         from lengthgen.attention import backend
 

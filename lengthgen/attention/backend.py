@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from lengthgen.kernels.diagnostics import row_diagnostics
@@ -160,3 +160,28 @@ class AttentionBackend(nn.Module, ABC):
 
     def extra_repr(self) -> str:
         return f"{self.name}, {self.options!r}"
+
+
+def length_cap_field() -> Any:
+    """The ``length_cap`` option of a backend with a length-aware scale (an ablation, added after
+    runs were published: list it in the options' ``LATE``)."""
+    return Field(None, ge=2, description="hold n at this many keys beyond it (an ablation of the scale's "
+                                         "growth; default: no cap)")
+
+
+class ScaledQueriesBackend(AttentionBackend):
+    """A backend whose query scale is one learned module (SSMax, ASEntmax): ``make_scale`` builds it
+    from the layer and the options, and it scales every head the position scheme lets it (under
+    NAPE the ALiBi heads keep s = 1)."""
+
+    def __init__(self, spec: LayerSpec, options: BackendOptions | None = None) -> None:
+        super().__init__(spec, options)
+        self.scale = self.make_scale(spec)
+
+    @abstractmethod
+    def make_scale(self, spec: LayerSpec) -> nn.Module:
+        """The module mapping (x, q_pos, scaled_heads) to (B, H, Nq) scales
+        (``lengthgen.functional.scales``)."""
+
+    def query_scale(self, x: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor:
+        return self.scale(x, q_pos, self.scaled_heads)

@@ -12,7 +12,14 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from lengthgen.attention.backend import AttentionBackend, BackendOptions, LayerSpec
+from lengthgen.attention import register_attention
+from lengthgen.attention.backend import (
+    AttentionBackend,
+    BackendOptions,
+    LayerSpec,
+    ScaledQueriesBackend,
+    length_cap_field,
+)
 from lengthgen.functional.entmax import entmax
 from lengthgen.functional.scales import AdaptiveScale
 from lengthgen.kernels import normalizers
@@ -28,17 +35,14 @@ class EntmaxFamilyBackend(AttentionBackend):
     Options = EntmaxOptions
     options: EntmaxOptions
 
-    @property
-    def alpha(self) -> float:
-        return self.options.alpha
-
     def normalize(self, scores: torch.Tensor) -> torch.Tensor:
-        return entmax(scores, alpha=self.alpha, dim=-1)
+        return entmax(scores, alpha=self.options.alpha, dim=-1)
 
     def normalizer(self) -> normalizers.Normalizer:
-        return normalizers.Entmax(self.alpha)
+        return normalizers.Entmax(self.options.alpha)
 
 
+@register_attention()
 class Entmax(EntmaxFamilyBackend):
     name = "entmax"
     description = "α-entmax attention (default α = 1.5): exact zeros, no length-aware scale"
@@ -48,6 +52,7 @@ class SparsemaxOptions(EntmaxOptions):
     alpha: float = Field(2.0, ge=2.0, le=2.0, description="fixed at 2 (sparsemax)")
 
 
+@register_attention()
 class Sparsemax(EntmaxFamilyBackend):
     name = "sparsemax"
     description = "sparsemax attention (α-entmax with α = 2)"
@@ -62,11 +67,11 @@ class ASEntmaxOptions(EntmaxOptions):
     init: Literal["near_one", "paper"] = Field(
         "near_one", description="scale projections: near_one (s = 1 + beta_init at step 0) or paper "
                                 "(the paper code's N(0, 0.02) weights, an ablation)")
-    length_cap: int | None = Field(None, ge=2, description="hold n at this many keys beyond it (an ablation "
-                                                           "of the scale's growth; default: no cap)")
+    length_cap: int | None = length_cap_field()
 
 
-class ASEntmax(EntmaxFamilyBackend):
+@register_attention()
+class ASEntmax(ScaledQueriesBackend, EntmaxFamilyBackend):
     """Adaptive-Scalable Entmax: α-entmax with a learned length-aware scale δ + β(log n)^γ."""
 
     name = "asentmax"
@@ -74,16 +79,8 @@ class ASEntmax(EntmaxFamilyBackend):
     Options = ASEntmaxOptions
     options: ASEntmaxOptions
 
-    def __init__(self, spec: LayerSpec, options: ASEntmaxOptions | None = None) -> None:
-        super().__init__(spec, options)
-        self.scale = AdaptiveScale(
-            spec.d_model, spec.n_heads, delta=self.options.delta, beta_init=self.options.beta_init,
-            static=self.options.static, init=self.options.init, length_cap=self.options.length_cap,
-        )
+    def make_scale(self, spec: LayerSpec) -> AdaptiveScale:
+        o = self.options
+        return AdaptiveScale(spec.d_model, spec.n_heads, delta=o.delta, beta_init=o.beta_init,
+                             static=o.static, init=o.init, length_cap=o.length_cap)
 
-    def query_scale(self, x: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor:
-        return self.scale(x, q_pos, self.scaled_heads)
-
-
-#: Registered by ``lengthgen.attention`` under their ``name``.
-BACKENDS: tuple[type[AttentionBackend], ...] = (Entmax, Sparsemax, ASEntmax)

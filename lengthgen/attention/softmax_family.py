@@ -10,7 +10,14 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from lengthgen.attention.backend import AttentionBackend, BackendOptions, LayerSpec
+from lengthgen.attention import register_attention
+from lengthgen.attention.backend import (
+    AttentionBackend,
+    BackendOptions,
+    LayerSpec,
+    ScaledQueriesBackend,
+    length_cap_field,
+)
 from lengthgen.functional.scales import SSMaxScale
 from lengthgen.kernels import normalizers
 
@@ -23,6 +30,7 @@ class SoftmaxFamilyBackend(AttentionBackend):
         return self.normalizer().probs(scores).to(scores.dtype)
 
 
+@register_attention()
 class Softmax(SoftmaxFamilyBackend):
     name = "softmax"
     description = "standard softmax attention (disperses as length grows)"
@@ -33,11 +41,11 @@ class Softmax(SoftmaxFamilyBackend):
 
 class SSMaxOptions(BackendOptions):
     LATE = ("length_cap",)
-    length_cap: int | None = Field(None, ge=2, description="hold n at this many keys beyond it (an ablation "
-                                                           "of the scale's growth; default: no cap)")
+    length_cap: int | None = length_cap_field()
 
 
-class SSMax(Softmax):
+@register_attention()
+class SSMax(ScaledQueriesBackend, Softmax):
     """Scalable-Softmax (Nakanishi): softmax of σ_h · log n · scores, σ_h learned per head."""
 
     name = "ssmax"
@@ -45,18 +53,15 @@ class SSMax(Softmax):
     Options = SSMaxOptions
     options: SSMaxOptions
 
-    def __init__(self, spec: LayerSpec, options: SSMaxOptions | None = None) -> None:
-        super().__init__(spec, options)
-        self.scale = SSMaxScale(spec.n_heads, self.options.length_cap)
-
-    def query_scale(self, x: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor:
-        return self.scale(x, q_pos, self.scaled_heads)
+    def make_scale(self, spec: LayerSpec) -> SSMaxScale:
+        return SSMaxScale(spec.n_heads, self.options.length_cap)
 
 
 class AdaptiveTemperatureOptions(BackendOptions):
     apply_in_training: bool = Field(False, description="also sharpen during training (original: off)")
 
 
+@register_attention()
 class AdaptiveTemperature(SoftmaxFamilyBackend):
     """Softmax sharpened per row by θ(entropy) (``lengthgen.functional.temperature``).
 
@@ -78,6 +83,7 @@ class TopKOptions(BackendOptions):
     k: int = Field(8, ge=1, description="number of keys kept per row")
 
 
+@register_attention()
 class TopK(SoftmaxFamilyBackend):
     """Softmax over the k largest scores of each row (a hard-sparsity baseline)."""
 
@@ -89,6 +95,3 @@ class TopK(SoftmaxFamilyBackend):
     def normalizer(self) -> normalizers.Normalizer:
         return normalizers.TopK(self.options.k)
 
-
-#: Registered by ``lengthgen.attention`` under their ``name``.
-BACKENDS: tuple[type[AttentionBackend], ...] = (Softmax, SSMax, AdaptiveTemperature, TopK)

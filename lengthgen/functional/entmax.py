@@ -24,18 +24,16 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["entmax", "sparsemax", "entmax_backward", "entmax_forward", "entmax_threshold", "EntmaxFunction"]
+from lengthgen.functional.precision import compute_dtype
+
+__all__ = ["EntmaxFunction", "check_alpha", "entmax", "entmax_backward", "entmax_forward", "entmax_threshold",
+           "sparsemax"]
 
 AlphaLike = float | torch.Tensor
 
 #: Values of x below this can never be in the support (τ ≥ −1), so clamping them here is exact
 #: and keeps cumulative sums finite.
 _FLOOR = -2.0
-
-
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """fp64 stays fp64; everything else (fp32, fp16, bf16) is solved in fp32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _scalar_alpha(alpha: AlphaLike) -> float | None:
@@ -51,14 +49,17 @@ def _scalar_alpha(alpha: AlphaLike) -> float | None:
     return float(alpha)
 
 
-def _check_alpha(alpha: AlphaLike) -> None:
+def check_alpha(alpha: AlphaLike) -> None:
+    """α (a number or a tensor of them) must lie in (1, 2]: at 1 the exponent 1/(α−1) is infinite,
+    and above 2 the gradient's u = p^(2−α) is unbounded at the edge of the support. ValueError
+    otherwise (NaN included)."""
     if isinstance(alpha, torch.Tensor):
         a = alpha.detach()
         ok = bool(((a > 1) & (a <= 2)).all())
     else:
         ok = 1.0 < float(alpha) <= 2.0
     if not ok:
-        raise ValueError(f"entmax needs 1 < alpha <= 2, got {alpha!r}")
+        raise ValueError(f"alpha must lie in (1, 2], got {alpha!r}")
 
 
 def _tau_alpha15(x: torch.Tensor) -> torch.Tensor:
@@ -126,8 +127,8 @@ def _solve(
     x = (α−1)(z − max) floored at −2 (masked entries too), τ relative to x, m the row max in z'
     units, keep = valid entries of rows with at least one valid entry.
     """
-    _check_alpha(alpha)
-    cd = _compute_dtype(z.dtype)
+    check_alpha(alpha)
+    cd = compute_dtype(z.dtype)
     x = z.detach().to(cd).movedim(dim, -1)
     x = torch.nan_to_num(x, nan=float("-inf"), posinf=torch.finfo(cd).max / 4, neginf=float("-inf"))
     valid = x > float("-inf")
@@ -166,8 +167,8 @@ def entmax_forward(
     """
     dim = dim % z.dim() if z.dim() else 0
     if z.shape[dim] == 0:
-        _check_alpha(alpha)
-        return z.detach().to(_compute_dtype(z.dtype))
+        check_alpha(alpha)
+        return z.detach().to(compute_dtype(z.dtype))
     x, tau, _, keep, a_scalar, a_rows = _solve(z, alpha, dim, scaled)
     if a_scalar == 1.5:
         p = (x - tau).clamp_min(0).square()
@@ -257,7 +258,7 @@ def entmax(z: torch.Tensor, alpha: AlphaLike = 1.5, dim: int = -1) -> torch.Tens
     A tensor α broadcasts against z with size 1 along ``dim`` (e.g. per head for (B, H, N, N)
     scores: shape (H, 1, 1)). Output has z's dtype; τ is solved in fp32 or better.
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     return EntmaxFunction.apply(z, alpha, dim)
 
 

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from lengthgen.functional.precision import compute_dtype
 from lengthgen.functional.temperature import adaptive_theta
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """fp64 stays fp64; everything else (fp32, fp16, bf16) is computed in fp32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def softmax(scores: torch.Tensor) -> torch.Tensor:

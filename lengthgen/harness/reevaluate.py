@@ -20,7 +20,6 @@ by the config is not imported unless the user allows it (``lengthgen.registry.re
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import warnings
 from collections.abc import Mapping, Sequence
@@ -32,15 +31,13 @@ import pandas as pd
 import torch
 from pydantic import ValidationError
 
-import lengthgen
-from lengthgen import provenance
-from lengthgen.config import RunConfig, build_run_config, dotted, parse_value, validation_message
-from lengthgen.errors import UserError, UserNotice
+from lengthgen.config import RunConfig, build_run_config, flag_overrides, parse_value, validation_message
+from lengthgen.errors import UserError, UserNotice, exception_line
 from lengthgen.files import read_text
 from lengthgen.harness.evaluate import evaluate_length
+from lengthgen.harness.identity import backend_package, config_hash_of, made_now, run_columns, run_id_of
 from lengthgen.harness.results import read_results_file, recorded_run_ids, rows_to_frame
-from lengthgen.harness.run import backend_package, base_row, length_row, plot_run, resolve_device
-from lengthgen.harness.schema import config_hash_of, run_id_of
+from lengthgen.harness.run import length_row, plot_run, resolve_device
 from lengthgen.harness.store import ROW_KEY, current_rows, merge_rows, run_lock, save_rows
 from lengthgen.harness.tracking import EVAL_FIELDS, TrackerError, open_tracker
 from lengthgen.model import Transformer
@@ -155,8 +152,6 @@ def variant_label(changed: Mapping[str, Any]) -> str:
 
 
 def json_text(value: Any) -> str:
-    import json
-
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
@@ -181,18 +176,13 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
     sharpening: ``attn="softmax"``); the weights must fit the other backend's parameters.
     """
     base = run.config
-    overrides = dotted(base)
-    if max_factor is not None:
-        overrides["eval.max_factor"] = max_factor
-    if eval_samples is not None:
-        overrides["eval.samples"] = eval_samples
-        overrides["eval.min_samples"] = min(base.eval.min_samples, eval_samples)
+    overrides = flag_overrides(max_factor=max_factor, eval_samples=eval_samples)
     params = {**base.task_params, **(task_params or {})}
     eval_attn = attn or base.attn
     options = dict(base.attn_options) if eval_attn == base.attn else {}
     options.update(attn_options or {})
     config = build_run_config(base.task, eval_attn, pos=base.pos, preset=base.preset, seed=base.seed,
-                              task_params=params, attn_options=options, overrides=overrides)
+                              task_params=params, attn_options=options, overrides=overrides, start=base)
     trained, evaluated = get_task(base.task, **base.task_params), get_task(base.task, **params)
     if evaluated.vocab.tokens != trained.vocab.tokens:
         raise UserError(f"--param {variant_label(task_params or {})} changes the task's vocabulary "
@@ -258,7 +248,7 @@ def _fitting_state(run: SavedRun, config: RunConfig, model: Transformer) -> dict
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a truncated or foreign file: the user can only redo the run
-        raise UserError(f"cannot load {path}: {type(exc).__name__}: {exc}".splitlines()[0]) from None
+        raise UserError(f"cannot load {path}: {exception_line(exc)}") from None
     state = checkpoint.get("state_dict") if isinstance(checkpoint, dict) else None
     if not isinstance(state, dict):
         raise UserError(f"{path} is not a lengthgen checkpoint (no state_dict of weights)")
@@ -293,13 +283,10 @@ def _identity(run: SavedRun, device: torch.device, params: int) -> dict[str, Any
         first = rows.iloc[0]
         row = {column: first[column] for column in RUN_COLUMNS}
     else:
-        row = {k: v for k, v in base_row(run.config, device).items() if k in RUN_COLUMNS}
         # the config as recorded, whose hash is in the run id (a newer lengthgen may add fields)
-        row.update(params=params, config_json=run.config_json, config_hash=config_hash_of(run.config_json))
-    return {**row, "device": device.type, "lengthgen_version": lengthgen.__version__,
-            "torch_version": torch.__version__, **provenance.software(),
-            "attn_package": backend_package(run.config.attn),
-            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        row = {**run_columns(run.config), "run_id": run.run_id, "params": params,
+               "config_json": run.config_json, "config_hash": config_hash_of(run.config_json)}
+    return {**row, "device": device.type, **made_now(), "attn_package": backend_package(run.config.attn)}
 
 
 def _save(run: SavedRun, new: pd.DataFrame) -> list[Path]:
@@ -343,7 +330,7 @@ def run_evaluation(plan: EvalPlan, factors: Sequence[int], *, device_name: str =
     except (Exception, torch.cuda.OutOfMemoryError, SystemExit) as exc:  # SystemExit: a plugin's exit
         if isinstance(exc, OSError):
             raise
-        outcome.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        outcome.error = exception_line(exc)
     finally:
         tracker.close()
     if rows:

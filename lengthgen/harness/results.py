@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from lengthgen import provenance
-from lengthgen.errors import UserError, UserNotice
+from lengthgen.errors import UserError, UserNotice, exception_line
 from lengthgen.files import atomic_write
 from lengthgen.harness.schema import AMOUNTS, COUNTS, FRACTIONS, row_problems
 
@@ -80,7 +80,7 @@ def check_results_file(path: Path) -> CheckedFile:
     try:
         frame = pd.read_parquet(path)
     except Exception as exc:  # truncated, empty, not Parquet, unreadable: pyarrow and OS errors
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        reason = exception_line(exc)
         return CheckedFile(None, f"skipped {path}: unreadable ({reason})")
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:

@@ -11,10 +11,7 @@ adds meanwhile; the run replaces only its own training-task rows.
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
-import re
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -23,12 +20,11 @@ from typing import Any
 import pandas as pd
 import torch
 
-import lengthgen
-from lengthgen import provenance
 from lengthgen.config import RunConfig
-from lengthgen.errors import UserError
+from lengthgen.errors import UserError, exception_line
 from lengthgen.files import atomic_write, new_folder
 from lengthgen.harness.evaluate import LengthResult, evaluate_length
+from lengthgen.harness.identity import backend_package, made_now, run_columns
 from lengthgen.harness.plots import plot_accuracy_vs_length
 from lengthgen.harness.results import rows_to_frame
 from lengthgen.harness.store import run_lock, save_rows
@@ -52,19 +48,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def safe_name(text: str, max_length: int = 120) -> str:
-    """A folder name for ``text``: no separators, never hidden, short enough for any filesystem.
-
-    ``file.py:Class`` specs make run ids like ``./my/attn.py:Relu2-...``; a leading dot would hide
-    the folder, and two long absolute paths could pass the 255-byte name limit, so long names keep
-    their start plus a hash of the whole text (still unique).
-    """
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).lstrip("._").rstrip("_")
-    if len(name) > max_length:
-        name = f"{name[: max_length - 9]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
-    return name
-
-
 def build(config: RunConfig) -> tuple[Task, Transformer]:
     task = get_task(config.task, **config.task_params)
     return task, Transformer(config.model(task.vocab.size), seed=config.seed)
@@ -84,7 +67,7 @@ def save_checkpoint(model: Transformer, config: RunConfig, path: Path) -> None:
 def record_failure(run_dir: Path, exc: BaseException) -> str:
     """``error.txt`` gets the traceback; returns the one-line error for the results row."""
     atomic_write(run_dir / "error.txt", "".join(traceback.format_exception(exc)))
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return exception_line(exc)
 
 
 def length_row(result: LengthResult) -> dict[str, Any]:
@@ -100,35 +83,11 @@ def plot_run(frame: pd.DataFrame, config: RunConfig, run_dir: Path) -> None:
                                 title=f"{config.task}: {config.attn} ({config.pos}), seed {config.seed}")
 
 
-def backend_package(attn: str) -> str | None:
-    """The installed distribution and version providing a backend (``lengthgen 0.1.0``), or the
-    ``file.py:Class`` spec itself when no distribution provides it."""
-    from lengthgen.attention import ATTENTION
-
-    package = provenance.package_of(ATTENTION.get(attn))
-    return package if package is not None else (attn if ":" in attn else None)
-
-
 def base_row(config: RunConfig, device: torch.device) -> dict[str, Any]:
-    return {
-        "run_id": safe_name(config.run_id()),
-        "task": config.task,
-        "attn": config.attn,
-        "pos": config.pos,
-        "seed": config.seed,
-        "preset": config.preset,
-        "train_length": config.train.train_length,
-        "steps": config.train.steps,
-        "selection": config.train.selection,
-        "device": device.type,
-        "lengthgen_version": lengthgen.__version__,
-        "torch_version": torch.__version__,
-        **provenance.software(),
-        "attn_package": backend_package(config.attn),
-        "config_hash": config.config_hash(),
-        "config_json": config.canonical_json(),
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-    }
+    """The columns every row of this run shares: the run, the device, the code (the backend's
+    package included)."""
+    return {**run_columns(config), "device": device.type, **made_now(),
+            "attn_package": backend_package(config.attn)}
 
 
 def execute(

@@ -14,7 +14,6 @@ rows with one warning per file.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import numbers
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from pydantic import ValidationError
 
 from lengthgen import limits
 from lengthgen.config import RunConfig, validation_message
+from lengthgen.harness.identity import config_hash_of, run_id_of
 
 STATUSES: tuple[str, ...] = ("ok", "failed")
 SELECTIONS: tuple[str, ...] = ("id", "8x")
@@ -107,18 +107,6 @@ def recorded_config(config_json: str) -> RunConfig:
         return RunConfig.model_validate_json(config_json)
     except ValidationError as exc:
         raise BadRow(validation_message(exc, "config_json is not a lengthgen run config")) from None
-
-
-def config_hash_of(config_json: str) -> str:
-    """The hash a run records for its config: the first 16 hex digits of SHA-256 of the JSON text."""
-    return hashlib.sha256(config_json.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def run_id_of(config: RunConfig, config_hash: str) -> str:
-    """The run id (folder and data-file name) of a config with this hash."""
-    from lengthgen.harness.run import safe_name
-
-    return safe_name(f"{config.task}-{config.attn}-{config.pos}-s{config.seed}-{config_hash[:8]}")
 
 
 def _identity(row: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from lengthgen.errors import UserError
+from lengthgen.errors import UserError, exception_line
 
 TrackerName = Literal["tensorboard", "wandb"]
 TRACKERS: tuple[str, ...] = ("tensorboard", "wandb")
@@ -145,6 +145,6 @@ def open_tracker(name: str | None, run_dir: Path, run_id: str, config: Mapping[s
     except Exception as exc:
         if not existed:
             shutil.rmtree(made, ignore_errors=True)
-        detail = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        detail = exception_line(exc)
         raise TrackerError(f"--log {name} could not start ({detail}); for W&B without an account, "
                            "set WANDB_MODE=offline") from None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from lengthgen.config import RunConfig, train_length_range
+from lengthgen.config import RunConfig
 from lengthgen.harness.batches import ModelBatch, masked_loss, score
 from lengthgen.harness.tracking import Tracker
 from lengthgen.model import Transformer
@@ -62,8 +62,7 @@ def lr_at(step: int, config: RunConfig) -> float:
 
 def train_lengths(task: Task, config: RunConfig) -> np.ndarray:
     """The length of every training step, uniform in the training range, from the run seed."""
-    low, top = train_length_range(config.train.train_length, config.train.min_train_length,
-                                  task.min_length)
+    low, top = task.train_range(config.train.train_length, config.train.min_train_length)
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([config.seed, 0x7E1A])))
     return rng.integers(low, top + 1, size=max(1, config.train.steps))
 

@@ -39,6 +39,7 @@ from lengthgen import provenance
 from lengthgen.config import RunConfig
 from lengthgen.errors import UserError
 from lengthgen.files import atomic_write
+from lengthgen.harness.identity import run_key
 from lengthgen.harness.results import check_results_file, load_results, results_files, results_source
 from lengthgen.registry import RegistryError, reading_data
 
@@ -99,8 +100,6 @@ def unusable_runs(path: str | Path) -> dict[str, str]:
 
 def recorded_config(rows: pd.DataFrame) -> tuple[RunConfig | None, str]:
     """The run's config, or why it cannot be trusted (it must hash to the rows' hash and run id)."""
-    from lengthgen.harness.run import safe_name
-
     texts = set(rows["config_json"])
     if len(texts) != 1:
         return None, "its rows hold different configs"
@@ -110,8 +109,8 @@ def recorded_config(rows: pd.DataFrame) -> tuple[RunConfig | None, str]:
         return None, f"config_json is not a run config ({str(exc).splitlines()[0]})"
     if set(rows["config_hash"]) != {config.config_hash()}:
         return None, f"config_json does not hash to config_hash (it hashes to {config.config_hash()})"
-    if set(rows["run_id"]) != {safe_name(config.run_id())}:
-        return None, f"run_id is not the config's ({safe_name(config.run_id())})"
+    if set(rows["run_id"]) != {run_key(config)}:
+        return None, f"run_id is not the config's ({run_key(config)})"
     return config, ""
 
 
@@ -135,7 +134,7 @@ def rederive(config: RunConfig, factors: list[int], work: Path, device: str,
              threads: int | None) -> pd.DataFrame:
     """Train the config in ``work`` and evaluate it at ``factors`` (past its ``max_factor`` too)."""
     from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
-    from lengthgen.harness.run import execute, safe_name
+    from lengthgen.harness.run import execute
 
     before = torch.get_num_threads()
     if threads:
@@ -144,7 +143,7 @@ def rederive(config: RunConfig, factors: list[int], work: Path, device: str,
         rows = execute(config, work, device_name=device, progress=False)
         extra = [f for f in factors if f > config.eval.max_factor]
         if extra and (rows["status"] == "ok").all():
-            saved = load_saved_run(work / safe_name(config.run_id()))
+            saved = load_saved_run(work / run_key(config))
             plan = plan_evaluation(saved, max_factor=max(extra))
             outcome = run_evaluation(plan, extra, device_name=device, progress=False)
             rows = pd.concat([rows, outcome.rows], ignore_index=True)

@@ -1,9 +1,15 @@
-"""Execution paths for attention, behind one engine (``lengthgen.kernels.engine.attend``).
+"""Execution of attention, behind one engine (``lengthgen.kernels.engine.attend``).
 
-``entmax_attention`` is the α-entmax entry point of that engine, kept for callers that only need
-α-entmax (the Triton benchmark, tests, other projects). All paths compute, over the keys
+Here: the engine, which chooses every path; the normalizer descriptions it is handed
+(``normalizers``); one validated call (``problem``), the chunking policy (``chunking``), the
+diagnostics (``diagnostics``) and the fallback warning (``fallback``). The paths live in one
+folder per execution target: ``reference/`` (exact torch, any device), ``cpu/`` (BLAS, numba and
+the CPU flash-attention kernel) and ``triton/`` (CUDA). All paths compute, over the keys
 j ≤ pos_i (causal), z_ij = scale·<q_i, k_j> − slope_h·(pos_i − j), p_i = normalizer(z_i) and
 o_i = Σ_j p_ij v_j.
+
+``entmax_attention`` is the α-entmax entry point of the engine, kept for callers that only need
+α-entmax (the Triton benchmark, tests, other projects).
 """
 
 from __future__ import annotations
@@ -17,17 +23,9 @@ __all__ = ["IMPLS", "attend", "entmax_attention"]
 
 
 def entmax_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    alpha: float | Tensor = 1.5,
-    causal: bool = True,
-    alibi_slopes: Tensor | None = None,
-    scale: float | None = None,
-    *,
-    q_positions: Tensor | None = None,
-    impl: Impl = "auto",
-    return_stats: bool = False,
+    q: Tensor, k: Tensor, v: Tensor, alpha: float | Tensor = 1.5, causal: bool = True,
+    alibi_slopes: Tensor | None = None, scale: float | None = None, *, q_positions: Tensor | None = None,
+    impl: Impl = "auto", return_stats: bool = False,
 ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
     """Exact α-entmax attention for (B, H, Nq, D) queries over (B, H, Nk, D) keys and values.
 

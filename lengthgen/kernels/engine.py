@@ -1,37 +1,47 @@
-"""The attention engine: one entry point for every backend, every path, every device.
+"""The attention engine: one entry point for every backend, every path, every device, and the one
+place that chooses how a call runs.
 
 ``attend(q, k, v, normalizer, …)`` takes queries already multiplied by their query scale, the
 absolute positions of the query rows, per-head ALiBi slopes and a ``Normalizer``, and returns the
 output and, on request, the diagnostics (``lengthgen.kernels.diagnostics``). It picks the path:
 
-* ``materialized`` — the whole score matrix and ``normalizer.probs``: differentiable, used
-  whenever gradients are needed and for small problems (one chunking policy decides,
+* ``materialized`` — the whole score matrix, row by row through the normalizer: differentiable,
+  used whenever gradients are needed and for small problems (one chunking policy decides,
   ``lengthgen.kernels.chunking``); α-entmax materializes only for gradients (its exact
-  reference sorts every row, which its fused kernel beats at every size);
-* ``chunked`` — exact, bounded memory: query blocks × visible keys. Generic (scores →
-  ``normalizer.probs`` → P·V) for any normalizer, with a candidate-pruning variant for α-entmax
-  (``torch_entmax``). Runs on any device; the path for plugin normalizers;
-* ``fused`` — CPU kernels: α-entmax and top-k (``cpu_entmax``: BLAS score blocks + numba rows),
-  softmax and adaptive temperature (``cpu_softmax``: the CPU flash-attention kernel);
-* ``triton`` — α-entmax on CUDA (on CPU tensors too under ``TRITON_INTERPRET=1``, for tests);
-* ``flex`` — the softmax family on CUDA through ``torch.nn.attention.flex_attention``.
+  reference sorts every row, which its fused kernel beats at every size). α-entmax rows with
+  one α, in float32 on CPU, go through the numba row solver (``cpu/entmax_rows.py``), all
+  other rows through ``normalizer.probs``;
+* ``chunked`` — exact, bounded memory, pure torch on any device (``reference/``): query blocks ×
+  visible keys, generic (scores → ``normalizer.probs`` → P·V) for any normalizer, with a
+  candidate-pruning variant for α-entmax (``reference/entmax.py``); the path for plugin
+  normalizers and the fallback of every fused kernel;
+* ``fused`` — CPU kernels (``cpu/``): α-entmax (``cpu/entmax.py``) and top-k (``cpu/topk.py``),
+  BLAS score blocks + numba rows; softmax and adaptive temperature through the CPU
+  flash-attention kernel (``cpu/softmax.py``), with its entropy and support passes on numba
+  where that is available (``cpu/entropy.py``, ``cpu/jit.py``);
+* ``triton`` — α-entmax on CUDA (``triton/entmax.py``; on CPU tensors too under
+  ``TRITON_INTERPRET=1``, for tests);
+* ``flex`` — plain softmax on CUDA through ``torch.nn.attention.flex_attention``
+  (``triton/flex_softmax.py``).
 
 ``auto`` chooses; a fused kernel that cannot run (numba or triton missing, an old torch) falls
-back to the chunked path with one ``KernelFallbackWarning`` per process.
+back to the exact torch path with one ``KernelFallbackWarning`` per process and cause. Each kernel
+says itself whether it can run; only this module decides what runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from functools import partial
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
 
+from lengthgen.functional.precision import compute_dtype
 from lengthgen.kernels import chunking
 from lengthgen.kernels.diagnostics import Diagnostics, diagnostic_rows
 from lengthgen.kernels.fallback import warn_fallback
-from lengthgen.kernels.generic import chunked_path, materialized_path
 from lengthgen.kernels.normalizers import (
     Entmax,
     Normalizer,
@@ -41,6 +51,10 @@ from lengthgen.kernels.normalizers import (
     is_differentiable_parameter,
 )
 from lengthgen.kernels.problem import AttnProblem, prepare
+from lengthgen.kernels.reference.generic import chunked_path, materialized_path
+
+if TYPE_CHECKING:
+    from lengthgen.kernels.cpu.softmax import Passes
 
 __all__ = ["IMPLS", "Impl", "attend"]
 
@@ -88,7 +102,7 @@ def attend(
     if prob.Nq == 0 or prob.Nk == 0:
         out, entropy, support = _empty(v, prob, rows)
     else:
-        out, entropy, support = _path(chosen, normalizer)(q, k, v, prob, normalizer, rows)
+        out, entropy, support = _path(chosen, normalizer, q)(q, k, v, prob, normalizer, rows)
     if rows is None:
         return out, None
     assert entropy is not None and support is not None
@@ -104,9 +118,9 @@ def _choose(q: Tensor, prob: AttnProblem, normalizer: Normalizer, grad: bool) ->
     cuda = q.device.type == "cuda"
     if isinstance(normalizer, Entmax):
         if cuda:
-            from lengthgen.kernels.triton_entmax import triton_unavailable_reason
+            from lengthgen.kernels.triton import entmax as triton_entmax
 
-            reason = triton_unavailable_reason()
+            reason = triton_entmax.unavailable_reason()
             if not reason and (not grad or prob.full_rows):
                 return "triton"
             if grad:
@@ -123,9 +137,9 @@ def _choose(q: Tensor, prob: AttnProblem, normalizer: Normalizer, grad: bool) ->
     if cuda:
         if not isinstance(normalizer, Softmax):
             return "chunked"
-        from lengthgen.kernels.flex_softmax import flex_unavailable_reason
+        from lengthgen.kernels.triton import flex_softmax
 
-        reason = flex_unavailable_reason()
+        reason = flex_softmax.unavailable_reason()
         if reason:
             warn_fallback("FlexAttention", reason, "chunked torch path")
             return "chunked"
@@ -135,15 +149,19 @@ def _choose(q: Tensor, prob: AttnProblem, normalizer: Normalizer, grad: bool) ->
 
 def _fused_or_chunked(normalizer: Normalizer, prob: AttnProblem) -> str:
     if normalizer.softmax_like:
-        from lengthgen.kernels.cpu_softmax import flash_unavailable_reason
+        from lengthgen.kernels.cpu import softmax as cpu_softmax
 
         if not prob.causal and prob.has_alibi:
             return "chunked"  # keys on both sides of a sloped row: no window, no key split
-        reason, kernel = flash_unavailable_reason(), "the CPU flash-attention kernel"
-    elif isinstance(normalizer, Entmax | TopK):
-        from lengthgen.kernels.cpu_entmax import fused_unavailable_reason
+        reason, kernel = cpu_softmax.unavailable_reason(), "the CPU flash-attention kernel"
+    elif isinstance(normalizer, Entmax):
+        from lengthgen.kernels.cpu import entmax as cpu_entmax
 
-        reason, kernel = fused_unavailable_reason(), "the fused CPU row kernels (numba)"
+        reason, kernel = cpu_entmax.KERNEL.unavailable_reason(), cpu_entmax.KERNEL.what
+    elif isinstance(normalizer, TopK):
+        from lengthgen.kernels.cpu import topk as cpu_topk
+
+        reason, kernel = cpu_topk.KERNEL.unavailable_reason(), cpu_topk.KERNEL.what
     else:
         return "chunked"
     if reason:
@@ -152,15 +170,18 @@ def _fused_or_chunked(normalizer: Normalizer, prob: AttnProblem) -> str:
     return "fused"
 
 
-def _path(name: str, normalizer: Normalizer) -> Path:
+def _path(name: str, normalizer: Normalizer, q: Tensor) -> Path:
+    """The function that runs path ``name`` for this normalizer, with its kernels chosen."""
     if name == "materialized":
-        return materialized_path
+        return partial(materialized_path, probs=_materialized_rows(normalizer, q))
     if isinstance(normalizer, Entmax):
-        from lengthgen.kernels import cpu_entmax, torch_entmax, triton_entmax
+        from lengthgen.kernels.cpu import entmax as cpu_entmax
+        from lengthgen.kernels.reference import entmax as reference_entmax
+        from lengthgen.kernels.triton import entmax as triton_entmax
 
         entmax_paths: dict[str, Path] = {
-            "chunked": torch_entmax.chunked_path,
-            "fused": cpu_entmax.fused_path,
+            "chunked": _entmax_kernel_path(reference_entmax.chunked_entmax_attention),
+            "fused": _entmax_kernel_path(cpu_entmax.fused_entmax_attention),
             "triton": triton_entmax.triton_path,
         }
         if name in entmax_paths:
@@ -168,18 +189,60 @@ def _path(name: str, normalizer: Normalizer) -> Path:
     elif name == "chunked":
         return chunked_path
     elif name == "flex":
-        from lengthgen.kernels import flex_softmax
+        from lengthgen.kernels.triton import flex_softmax
 
         return flex_softmax.flex_path
     elif name == "fused" and normalizer.softmax_like:
-        from lengthgen.kernels import cpu_softmax
+        from lengthgen.kernels.cpu import softmax as cpu_softmax
 
-        return cpu_softmax.fused_path
+        return partial(cpu_softmax.fused_path, passes=_softmax_passes(q))
     elif name == "fused" and isinstance(normalizer, TopK):
-        from lengthgen.kernels import cpu_topk
+        from lengthgen.kernels.cpu import topk as cpu_topk
 
         return cpu_topk.fused_path
     raise ValueError(f"impl={name!r} does not run {type(normalizer).__name__} attention")
+
+
+def _entmax_kernel_path(run: Callable[..., tuple[Tensor, Tensor | None, Tensor | None, int]]) -> Path:
+    """An α-entmax kernel that takes α per head, as a path (its count of dense rows dropped)."""
+
+    def path(q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer,
+             rows: Tensor | None) -> PathResult:
+        assert isinstance(normalizer, Entmax)
+        out, entropy, support, _ = run(q, k, v, prob, alpha_per_head(normalizer, prob.H), rows)
+        return out, entropy, support
+
+    return path
+
+
+def _materialized_rows(normalizer: Normalizer, q: Tensor) -> Callable[[Tensor], Tensor]:
+    """What turns the materialized path's score rows into weights: for α-entmax with one α on
+    float32 CPU scores the numba row solver (``cpu/entmax_rows.py``; the torch reference sorts
+    every row), else ``normalizer.probs``."""
+    if not isinstance(normalizer, Entmax) or isinstance(normalizer.alpha, Tensor):
+        return normalizer.probs
+    if q.device.type != "cpu" or compute_dtype(q.dtype) != torch.float32:
+        return normalizer.probs
+    from lengthgen.kernels.cpu import entmax_rows
+
+    reason = entmax_rows.KERNEL.unavailable_reason()
+    if reason:
+        warn_fallback(entmax_rows.KERNEL.what, reason, "torch reference")
+        return normalizer.probs
+    alpha = float(normalizer.alpha)
+    return lambda scores: entmax_rows.entmax_rows(scores, alpha)
+
+
+def _softmax_passes(q: Tensor) -> Passes:
+    """The fused softmax path's entropy and support passes (``cpu/softmax.py``: ``Passes``): on
+    numba where its kernels are available, the entropy pass only for float32 inputs."""
+    from lengthgen.kernels.cpu import entropy, jit
+    from lengthgen.kernels.cpu.softmax import Passes
+
+    return Passes(
+        numba_entropy=compute_dtype(q.dtype) == torch.float32 and not entropy.KERNEL.unavailable_reason(),
+        numba_count=not jit.COUNT_ABOVE.unavailable_reason(),
+    )
 
 
 def _empty(v: Tensor, prob: AttnProblem, rows: Tensor | None) -> PathResult:

@@ -15,10 +15,11 @@ _warned: set[str] = set()
 
 
 def warn_fallback(kernel: str, reason: str, instead: str) -> None:
-    """Warn once per process and kernel that ``kernel`` is unavailable (``reason``)."""
-    if kernel in _warned:
+    """Warn that ``kernel`` is unavailable (``reason``), once per process and reason: numba missing
+    switches off several kernels, and says so in one line."""
+    if reason in _warned:
         return
-    _warned.add(kernel)
+    _warned.add(reason)
     warnings.warn(
         f"{kernel} unavailable ({reason}); using the slower {instead} instead",
         KernelFallbackWarning,

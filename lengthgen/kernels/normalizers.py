@@ -3,7 +3,9 @@
 A backend hands the engine one of these instead of a bare function, so that the engine can pick a
 fused kernel for the normalizers it knows (softmax, adaptive temperature, top-k, α-entmax) and
 fall back to the generic exact paths, which only need ``probs``, for anything else (a plugin's
-``normalize``). ``probs`` is always the definition the fused kernels are tested against.
+``normalize``). ``probs`` is the exact torch computation of the definitions in
+``lengthgen.functional``: what the generic paths run and what the fused kernels are tested
+against. It never picks a kernel; the engine does (``lengthgen.kernels.engine``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import torch
 from torch import Tensor
 
 from lengthgen.functional import normalizers as F
-from lengthgen.functional.entmax import entmax
+from lengthgen.functional.entmax import check_alpha, entmax
+from lengthgen.functional.precision import compute_dtype
+from lengthgen.kernels.problem import per_head
 
 __all__ = ["AdaptiveTemperature", "Custom", "Entmax", "Normalizer", "Softmax", "TopK"]
 
@@ -66,12 +70,7 @@ class Entmax(Normalizer):
         alpha = self.alpha
         if isinstance(alpha, Tensor) and alpha.numel() > 1 and scores.dim() >= 3:
             alpha = alpha.reshape(-1, 1, 1).to(device=scores.device)
-        z = scores.to(F.compute_dtype(scores.dtype))
-        if not isinstance(alpha, Tensor):
-            from lengthgen.kernels.cpu_entmax_rows import entmax_rows, rows_kernel_applies
-
-            if rows_kernel_applies(z, float(alpha)):
-                return entmax_rows(z, float(alpha))
+        z = scores.to(compute_dtype(scores.dtype))
         return entmax(z, alpha if isinstance(alpha, Tensor) else float(alpha), dim=-1)
 
 
@@ -101,11 +100,8 @@ class Custom(Normalizer):
 
 def alpha_per_head(normalizer: Entmax, heads: int) -> Tensor:
     """The entmax α of every head as an (H,) float64 CPU tensor, checked to lie in (1, 2]."""
-    from lengthgen.kernels.problem import per_head
-
     alpha = per_head(normalizer.alpha, heads, "alpha", 1.5)
-    if not bool(((alpha > 1) & (alpha <= 2)).all()):
-        raise ValueError(f"alpha must lie in (1, 2], got {normalizer.alpha!r}")
+    check_alpha(alpha)
     return alpha
 
 

@@ -1,4 +1,10 @@
-"""Leaderboard: tables, CSV, a standalone HTML page and figures, as pure functions of result rows.
+"""Leaderboard: tables, CSV, a standalone HTML page and figures, made from result rows.
+
+They are functions of the rows and the arguments, except where four modules ask this
+installation's registries about names the rows hold (never importing code a row names):
+``settings`` rebuilds a run's preset config, ``reproduce`` a backend's default options, ``views``
+a task's training range and ``summary`` the distribution of a backend older rows do not name; a
+name the installation does not know gives a placeholder.
 
 Modules, one job each: ``rows`` (reading results, the per-run view), ``stats`` (intervals, learned
 seeds, effective length), ``settings`` (naming settings), ``selection`` (which setting a row shows,

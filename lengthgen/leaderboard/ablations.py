@@ -11,7 +11,6 @@ table comes from the rows.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +104,3 @@ def ablation_table(rows: pd.DataFrame) -> Table:
         body.append(Row(tuple(cells)))
     return Table(headers, tuple(body), label="settings of the ablation")
 
-
-def ablation_sources(ablations: Sequence[Ablation]) -> list[str]:
-    return [a.source for a in ablations]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from lengthgen.errors import UserError
 from lengthgen.leaderboard.rows import config_dict
 from lengthgen.registry import reading_data
 
@@ -52,7 +53,7 @@ def sweep_flags(task: str, config: dict[str, Any],
                   if default["task_params"].get(k) != v}
         spec = SweepSpec(tasks=(task,), attns=("softmax",), preset=preset, task_params=params, **chosen)
         built = spec.configs()[0].model_dump(mode="json")
-    except Exception:
+    except (UserError, KeyError):  # a task or preset this installation cannot build, a field it lacks
         return None
     flags = [f"--{name.replace('_', '-')} {value}" for name, value in chosen.items()]
     flags += [f"--param {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in params.items()]

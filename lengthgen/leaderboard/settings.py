@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from lengthgen.errors import UserError
 from lengthgen.registry import reading_data
 
 #: Fields that never distinguish settings on a table row: the row itself shows them.
@@ -64,7 +65,7 @@ def preset_config(config: dict[str, Any]) -> dict[str, Any] | None:
     try:
         built = build_run_config(config["task"], config["attn"], pos=config["pos"], preset=config["preset"],
                                  seed=config.get("seed", 0))
-    except Exception:  # a plugin this installation lacks, or a preset it does not know
+    except (UserError, KeyError):  # a plugin or preset this installation lacks, or no recorded config
         return None
     return built.model_dump(mode="json")
 

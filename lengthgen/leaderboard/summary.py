@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from lengthgen.leaderboard.paper import PAPER_LABEL, PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank
+from lengthgen.leaderboard.paper import PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank
 from lengthgen.leaderboard.rows import config_dict, ok_rows, prepared, runs
 from lengthgen.leaderboard.selection import (
     ProtocolPick,
@@ -205,6 +205,3 @@ def summarize(rows: pd.DataFrame) -> pd.DataFrame:
                                "setting", "factor"], kind="mergesort", na_position="last")
     return table.drop(columns=["_block", "_rank", "_name", "_kind", "_chosen"]).reset_index(drop=True)
 
-
-def paper_label(method: str) -> str:
-    return f"{PAPER_LABEL}: {method}"

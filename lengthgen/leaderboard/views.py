@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from lengthgen.errors import UserError
 from lengthgen.leaderboard.paper import (
     PAPER_LABEL,
     PAPER_PROTOCOL,
@@ -283,15 +284,14 @@ def _joined(values: Iterable[Any]) -> str:
 
 @reading_data()  # names from data: a plugin file they name is never imported
 def _train_range(task: str, config: dict[str, Any]) -> str:
-    """The training length range as the harness draws it (default low end: max(task minimum, L/2))."""
-    top, low = config["train"]["train_length"], config["train"]["min_train_length"]
-    if low is None:
-        try:
-            from lengthgen.tasks import get_task
+    """The training length range as the harness draws it (``Task.train_range``)."""
+    from lengthgen.tasks import get_task
 
-            low = max(get_task(task, **config.get("task_params", {})).min_length, top // 2)
-        except Exception:  # a task this installation does not know
-            return f"L/2..{top}"
+    top, low = config["train"]["train_length"], config["train"]["min_train_length"]
+    try:
+        low, top = get_task(task, **config.get("task_params", {})).train_range(top, low)
+    except (UserError, ValueError):  # a task this installation does not know, or not with these parameters
+        return f"{'L/2' if low is None else low}..{top}"
     return f"{low}..{top}"
 
 

@@ -240,7 +240,7 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
            "## Reproduce", "", RESUME, "", "```sh", *commands, "```", ""]
     files["README.md"] = "\n".join(md).encode()
     files["leaderboard.csv"] = csv_bytes(summary, CSV_COLUMNS)
-    interval_html = f'<abbr title="{html_page._attr(INTERVAL_TITLE)}">{INTERVAL}</abbr>'
+    interval_html = f'<abbr title="{html_page.html.escape(INTERVAL_TITLE)}">{INTERVAL}</abbr>'
     items = [_bold(html_page.code_spans(p)).replace("{interval}", interval_html) for p in intro]
     intro_html = ["<h2>How to read</h2>", "<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>"]
     sources_html = ([f"<h2>Sources</h2>\n<p>{SOURCES_INTRO}</p>", html_page.html_table(submitted)]

@@ -1,4 +1,9 @@
-"""Task registry: built-in synthetic tasks plus those added through ``lengthgen.tasks`` entry points."""
+"""Tasks: the interface (``base``), the registry, and the built-in tasks, one file per family.
+
+A built-in task is a ``Task`` subclass decorated with ``@register_task()`` in a module of this
+package: the registry imports every module here on its first lookup. Plugins add tasks through
+the ``lengthgen.tasks`` entry-point group (``lengthgen.registry``).
+"""
 
 from __future__ import annotations
 
@@ -9,21 +14,15 @@ from lengthgen.registry import Registry
 from lengthgen.tasks.base import Task, TaskBatch, TaskConfig, TaskInputError, Vocab
 
 
-def _validate_task(obj: object) -> None:
+def validate_task(obj: object) -> None:
+    """A ``TypeError`` saying why ``obj`` cannot be registered as a task (nothing when it can)."""
     if not (inspect.isclass(obj) and issubclass(obj, Task)):
         raise TypeError(f"{obj!r} is not a subclass of lengthgen.tasks.Task")
     if inspect.isabstract(obj):
         raise TypeError(f"task class {obj.__name__} is abstract (missing {sorted(obj.__abstractmethods__)})")
 
 
-def _load_builtins() -> None:
-    # Importing the modules runs their @register decorators.
-    from lengthgen.tasks import flip_flop, max_retrieval, mqmtar, sequence  # noqa: F401
-
-
-TASKS: Registry[type[Task]] = Registry(
-    "task", "lengthgen.tasks", validate=_validate_task, builtin_loader=_load_builtins
-)
+TASKS: Registry[type[Task]] = Registry("task", "lengthgen.tasks", validate=validate_task, builtins=__name__)
 register_task = TASKS.register
 
 
@@ -41,4 +40,5 @@ __all__ = [
     "Vocab",
     "get_task",
     "register_task",
+    "validate_task",
 ]

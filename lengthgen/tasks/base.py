@@ -19,7 +19,6 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from lengthgen import limits
-from lengthgen.config import train_length_range
 from lengthgen.errors import UserError
 
 Split = Literal["train", "eval"]
@@ -76,6 +75,15 @@ class TaskBatch:
         return int(self.input_ids.shape[0])
 
 
+@contextmanager
+def _as_task_input() -> Iterator[None]:
+    """A limit broken by a task's arguments is a :class:`TaskInputError` (a ``ValueError`` too)."""
+    try:
+        yield
+    except UserError as exc:
+        raise TaskInputError(str(exc)) from None
+
+
 def task_id(name: str) -> int:
     """Stable 32-bit id of a task name (crc32: identical in every process and on every machine)."""
     return zlib.crc32(name.encode("utf-8"))
@@ -101,7 +109,9 @@ class Task(ABC):
             raise TaskInputError("pass either a config or keyword parameters, not both")
         self.config = config if config is not None else self.Config(**params)
 
-    # -- properties every task defines -------------------------------------------------------
+    # -- what every task defines: properties, or plain class attributes for constants -----------
+    #: (A ``functools.cached_property`` suits ``vocab``: the config is frozen, and vocabularies can
+    #: have ~10^5 entries.)
     @property
     @abstractmethod
     def vocab(self) -> Vocab: ...
@@ -114,17 +124,20 @@ class Task(ABC):
     @abstractmethod
     def default_train_length(self) -> int: ...
 
-    def train_range(self, train_length: int | None = None) -> tuple[int, int]:
-        """Training lengths are uniform in [L/2, L] (never under the task's minimum)."""
-        return train_length_range(train_length or self.default_train_length, None, self.min_length)
+    def train_range(self, train_length: int | None = None,
+                    min_train_length: int | None = None) -> tuple[int, int]:
+        """The lengths training draws from, uniformly: [min_train_length, L] with L the training
+        length (default: the task's), the low end L/2 by default and never under the minimum."""
+        top = train_length or self.default_train_length
+        low = min_train_length if min_train_length is not None else top // 2
+        return max(self.min_length, min(low, top)), top
 
     # -- sampling ---------------------------------------------------------------------------
     def rng(self, length: int, seed: int | Sequence[int], split: str) -> np.random.Generator:
         seeds = [int(seed)] if isinstance(seed, (int, np.integer)) else [int(s) for s in seed]
-        for part in seeds:
-            if not 0 <= part <= limits.MAX_SEED:
-                raise TaskInputError(f"seed {part} is out of range: seeds are integers from 0 to "
-                                     f"{limits.MAX_SEED:,}")
+        with _as_task_input():
+            for part in seeds:
+                limits.check_seed(part)
         entropy = [task_id(self.name), _SPLIT_IDS[split], int(length), *seeds]
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
 
@@ -140,10 +153,8 @@ class Task(ABC):
                 f"length {length} is under the minimum of task {self.name!r} "
                 f"({self.min_length} {self.length_unit})"
             )
-        try:
+        with _as_task_input():
             limits.check_sample_size(n, length)
-        except UserError as exc:
-            raise TaskInputError(str(exc)) from None
 
     def sample(
         self, n: int, length: int, seed: int | Sequence[int] = 0, split: str = "train"

@@ -51,18 +51,12 @@ class FlipFlop(Task):
     has_sep = False
     Config = FlipFlopConfig
     config: FlipFlopConfig
+    min_length = 2
+    default_train_length = 64
 
-    @cached_property  # the config is frozen; vocabularies can have ~10^5 entries
+    @cached_property
     def vocab(self) -> Vocab:
         return Vocab.with_specials(["w", "i", "r", "0", "1"])
-
-    @property
-    def min_length(self) -> int:
-        return 2
-
-    @property
-    def default_train_length(self) -> int:
-        return 64
 
     def p_ignore(self, split: str) -> float:
         """p(ignore) used for ``split``: the variant only changes the eval stream."""

@@ -50,20 +50,14 @@ class MaxRetrieval(Task):
     length_unit = "items"
     Config = MaxRetrievalConfig
     config: MaxRetrievalConfig
+    min_length = 2
+    default_train_length = 16
 
-    @cached_property  # the config is frozen; vocabularies can have ~10^5 entries
+    @cached_property
     def vocab(self) -> Vocab:
         p, c = self.config.n_priorities, self.config.n_classes
         items = [f"p{i}c{j}" for i in range(p) for j in range(c)]
         return Vocab.with_specials(items + [f"c{j}" for j in range(c)])
-
-    @property
-    def min_length(self) -> int:
-        return 2
-
-    @property
-    def default_train_length(self) -> int:
-        return 16
 
     @property
     def item_offset(self) -> int:

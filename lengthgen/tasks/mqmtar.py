@@ -61,7 +61,7 @@ class Mqmtar(Task):
     Config = MqmtarConfig
     config: MqmtarConfig
 
-    @cached_property  # the config is frozen; vocabularies can have ~10^5 entries
+    @cached_property
     def vocab(self) -> Vocab:
         a = self.config.alphabet
         return Vocab.with_specials([f"k{i}" for i in range(a)] + [f"v{i}" for i in range(a)] + ["."])

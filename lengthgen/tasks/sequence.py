@@ -20,18 +20,12 @@ class _SymbolTask(Task):
 
     Config = SymbolConfig
     config: SymbolConfig
+    min_length = 1
+    default_train_length = 64
 
     @property
     def vocab(self) -> Vocab:
         return Vocab.with_specials([str(i) for i in range(self.config.vocab_size)])
-
-    @property
-    def min_length(self) -> int:
-        return 1
-
-    @property
-    def default_train_length(self) -> int:
-        return 64
 
     @abstractmethod
     def _transform(self, source: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ Why this tool: on CUDA it is the framework's own fused attention with a programm
 (PyTorch compiles the two small functions below into its Triton flash kernel), so ALiBi, causal
 masking at absolute query positions and the query scale (folded into q) cost nothing extra. On
 CPU the same call runs the unfused reference implementation, which is what the tests use to check
-this code path at small shapes; evaluation on CPU takes ``cpu_softmax`` instead (measured:
+this code path at small shapes; evaluation on CPU takes ``cpu/softmax.py`` instead (measured:
 compiled FlexAttention ran at 2× SDPA on the development CPU).
 
 Diagnostics come from the generic exact path run on the diagnostic rows only. Adaptive
@@ -21,16 +21,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lengthgen.kernels.generic import chunked_path
 from lengthgen.kernels.normalizers import Normalizer, Softmax
 from lengthgen.kernels.problem import AttnProblem
+from lengthgen.kernels.reference.generic import chunked_path
 
-__all__ = ["flex_path", "flex_unavailable_reason"]
+__all__ = ["flex_path", "unavailable_reason"]
 
 _compiled: Any = None
 
 
-def flex_unavailable_reason() -> str:
+def unavailable_reason() -> str:
     """Why FlexAttention cannot be used ('' when it can)."""
     try:
         from torch.nn.attention import flex_attention  # noqa: F401
@@ -80,7 +80,7 @@ def flex_path(
     """The engine's ``flex`` path for a ``Softmax`` normalizer."""
     if not isinstance(normalizer, Softmax):
         raise ValueError(f"impl='flex' runs plain softmax, not {type(normalizer).__name__}")
-    reason = flex_unavailable_reason()
+    reason = unavailable_reason()
     if reason:
         raise RuntimeError(reason)
     out = flex_attention_rows(q, k, v, prob)

@@ -1,29 +1,17 @@
-"""The monotone Newton solve of α-entmax's threshold τ, compiled with numba, shared by CPU kernels.
+"""The monotone Newton solve of α-entmax's threshold τ, compiled with numba.
 
-Why its own module: both the fused attention kernel (``cpu_entmax``) and the training row solver
-(``cpu_entmax_rows``) find τ the same way, and the row solver sits under the normalizers the
-fused kernel imports; keeping the solve here keeps that graph acyclic.
+Why its own module: both the fused attention kernel (``cpu/entmax.py``) and the training row
+solver (``cpu/entmax_rows.py``) find τ the same way.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-try:  # numba is a dependency, but keep the package importable (and the torch paths usable) without it
-    import numba
-    from numba import njit
+from lengthgen.kernels.cpu.jit import FASTMATH, njit, numba
 
-    NUMBA_ERROR: BaseException | None = None
-except Exception as exc:  # pragma: no cover - exercised only where numba is missing
-    numba = None
-    NUMBA_ERROR = exc
+__all__ = ["MAX_NEWTON", "MODE_15", "MODE_2", "MODE_GENERAL", "STEP_TOL", "newton_params"]
 
-__all__ = ["FASTMATH", "MAX_NEWTON", "MODE_15", "MODE_2", "MODE_GENERAL", "NUMBA_ERROR", "STEP_TOL",
-           "newton_params", "numba"]
-
-# No "ninf": the kernels start reductions at −inf. "nnan" is safe because every score is finite (the
-# callers reject or route away non-finite inputs) and lets LLVM vectorize the max reductions.
-FASTMATH = {"nsz", "arcp", "contract", "reassoc", "nnan"}
 MAX_NEWTON = 200
 STEP_TOL = 1e-14
 MODE_GENERAL, MODE_15, MODE_2 = 0, 1, 2

@@ -13,38 +13,20 @@ import torch
 from torch import Tensor
 
 from lengthgen.functional.entmax import entmax_forward, entmax_threshold
-from lengthgen.functional.normalizers import compute_dtype
+from lengthgen.functional.precision import compute_dtype
 from lengthgen.kernels import chunking
 from lengthgen.kernels.diagnostics import DiagnosticSink
-from lengthgen.kernels.normalizers import Entmax, Normalizer, alpha_per_head
 from lengthgen.kernels.problem import AttnProblem
 
-__all__ = ["chunked_entmax_attention", "chunked_path"]
+__all__ = ["chunked_entmax_attention"]
 
 #: Keys per row used for the τ lower bound when the max − 1 candidate set is too large.
 _BOUND_KEYS = 64
 
 
-def chunked_path(
-    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
-) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """The engine's ``chunked`` path for an ``Entmax`` normalizer."""
-    assert isinstance(normalizer, Entmax)
-    alpha = alpha_per_head(normalizer, prob.H)
-    out, entropy, support, _ = chunked_entmax_attention(q, k, v, prob, alpha, rows)
-    return out, entropy, support
-
-
 @torch.no_grad()
 def chunked_entmax_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    prob: AttnProblem,
-    alpha: Tensor,
-    rows: Tensor | None,
-    *,
-    cap: int = 512,
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, alpha: Tensor, rows: Tensor | None, *, cap: int = 512,
 ) -> tuple[Tensor, Tensor | None, Tensor | None, int]:
     """Exact α-entmax attention by query blocks; returns (out, entropy, support, dense_rows).
 

@@ -1,6 +1,6 @@
 """Exact top-k softmax attention on CPU: BLAS score blocks + a numba row kernel.
 
-The work is ``cpu_entmax``'s with another row rule (BLAS QKᵀ per (head, query block) into a reused
+The work is ``cpu/entmax.py``'s with another row rule (BLAS QKᵀ per (head, query block) into a reused
 buffer, one GIL-free numba pass per row, sparse P·V). Per row: add the ALiBi bias and take the
 maxima of 16-key chunks; the k-th largest chunk maximum is a score, so it bounds the k-th largest
 score from below; only the chunks above it are scanned for candidates; the k-th largest candidate
@@ -20,24 +20,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lengthgen.kernels.cpu_blocks import RowJob
-from lengthgen.kernels.cpu_entmax import lazy_kernel, row_helpers
+from lengthgen.kernels.cpu.blocks import RowJob
+from lengthgen.kernels.cpu.jit import CHUNK, FASTMATH, Kernel
 from lengthgen.kernels.normalizers import Normalizer, TopK
 from lengthgen.kernels.problem import AttnProblem
 
-__all__ = ["fused_path", "fused_topk_attention"]
+__all__ = ["KERNEL", "fused_path", "fused_topk_attention"]
 
 _MAX_BLOCK_ROWS = 512
 
 
 def _build_kernel() -> Any:
-    """Compile (or load from numba's cache) the row kernel; needs numba."""
-    from numba import njit
+    """Define the row kernel (numba compiles it, or loads it from its cache, on the first call)."""
+    from lengthgen.kernels.cpu.jit import chunk_max, collect, njit
 
-    chunk_max, collect = row_helpers()
-    fastmath = {"nsz", "arcp", "contract", "reassoc", "nnan"}
-
-    @njit(cache=True, fastmath=fastmath, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def kth_largest(values, n, kk, top):  # noqa: ANN001, ANN202
         """The kk-th largest of values[:n] (n ≥ kk) with a small running buffer ``top``."""
         for a in range(kk):
@@ -55,17 +52,17 @@ def _build_kernel() -> Any:
                         low = b
         return top[low]
 
-    @njit(cache=True, fastmath=fastmath, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def rows(S, V, out, ent, sup, row0, pos, nvis, nstat, slope, kk, want):  # noqa: ANN001, ANN202
         """Rows of one (head, block): scores S (R, L), values V (L, Dv) → out/ent/sup rows row0 …"""
         R, L = S.shape
         Dv = V.shape[1]
-        cm = np.empty(L // 16 + 1, np.float32)
-        cmi = np.empty(L // 16 + 1, np.int64)
-        cv = np.empty(L + 16, np.float32)
-        ci = np.empty(L + 16, np.int64)
+        cm = np.empty(L // CHUNK + 1, np.float32)
+        cmi = np.empty(L // CHUNK + 1, np.int64)
+        cv = np.empty(L + CHUNK, np.float32)
+        ci = np.empty(L + CHUNK, np.int64)
         top = np.empty(kk, np.float32)
-        w = np.empty(L + 16, np.float64)
+        w = np.empty(L + CHUNK, np.float64)
         acc = np.empty(Dv, np.float64)
         for r in range(R):
             s = S[r]
@@ -120,7 +117,19 @@ def _build_kernel() -> Any:
     return rows
 
 
-_get_kernel = lazy_kernel(_build_kernel)
+def _check(kernel: Any) -> None:
+    """Top-1 of keys scoring (0.5, −0.25, 2.0) for a row that sees the first two: value 1 of key 0."""
+    out = np.zeros((1, 1), np.float32)
+    stats = np.zeros(1, np.float32)
+    pos, visible = np.array([1], np.int64), np.array([2], np.int64)
+    kernel(np.array([[0.5, -0.25, 2.0]], np.float32), np.array([[1.0], [-1.0], [5.0]], np.float32), out,
+           stats, stats.copy(), 0, pos, visible, visible, 0.0, 1, np.ones(1, np.bool_))
+    if out[0, 0] != 1.0:
+        raise RuntimeError(f"top-k kernel self-test gave {out[0, 0]}")
+
+
+#: The row kernel, compiled and checked on first use.
+KERNEL = Kernel("the fused CPU top-k kernel", _build_kernel, _check)
 
 
 def fused_path(
@@ -137,11 +146,7 @@ def fused_topk_attention(
     *, threads: int | None = None,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """Exact top-k softmax attention on CPU; returns (out, entropy, support) (diagnostic rows)."""
-    kernel = _get_kernel()
-    if kernel is None:
-        from lengthgen.kernels.cpu_entmax import fused_unavailable_reason
-
-        raise RuntimeError(f"the fused CPU path needs numba: {fused_unavailable_reason()}")
+    kernel = KERNEL.get()
     job = RowJob.prepare(q, k, v, prob, np.full(prob.H, prob.scale), np.ones(prob.H), rows)
 
     def work(bh: int, r0: int, n_rows: int, kmax: int, buf: Tensor) -> int:

@@ -2,7 +2,7 @@
 
 `triton_entmax_attention(q, k, v, alpha, causal, alibi_slopes, scale)` computes, per head h and query i,
 z_ij = scale·<q_i, k_j> − slope_h·(i − j) over the visible keys (j ≤ i when causal), p_i = α-entmax(z_i)
-and o_i = Σ_j p_ij v_j. The kernels live in `_triton_entmax_kernels` and are imported on
+and o_i = Σ_j p_ij v_j. The kernels live in `entmax_kernels` and are imported on
 first call, so importing this module never needs triton; calling it without triton raises RuntimeError.
 
 Forward: one program per (query block, batch·head) makes one pass over the keys for the row max, a
@@ -24,7 +24,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["triton_entmax_attention", "triton_available"]
+from lengthgen.functional.entmax import check_alpha
+
+__all__ = ["triton_available", "triton_entmax_attention", "triton_path", "unavailable_reason"]
 
 # Above this many tiles the liveness map (1 byte each) is dropped, keeping memory linear in N.
 _MAX_MASK_TILES = 1 << 28
@@ -45,7 +47,7 @@ def _load_kernels() -> Any:
     global _kernels
     if _kernels is None:
         try:
-            mod = importlib.import_module("lengthgen.kernels._triton_entmax_kernels")
+            mod = importlib.import_module("lengthgen.kernels.triton.entmax_kernels")
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise RuntimeError(
                 "triton_entmax_attention needs the `triton` package (pip install 'lengthgen[gpu]'); "
@@ -57,10 +59,10 @@ def _load_kernels() -> Any:
 
 def triton_available() -> bool:
     """True when triton imports (it may still lack a GPU; see `triton_entmax_attention`)."""
-    return not triton_unavailable_reason()
+    return not unavailable_reason()
 
 
-def triton_unavailable_reason() -> str:
+def unavailable_reason() -> str:
     """Why the kernels cannot be loaded ('' when they can)."""
     try:
         _load_kernels()
@@ -96,16 +98,11 @@ def _per_head(value: float | Tensor, heads: int, device: torch.device, name: str
 
 
 def _check_alpha(alpha: float | Tensor) -> None:
-    """α ∈ (1, 2]: above 2, u = p^(2−α) is unbounded near the support's edge. Tensors are checked only
-    on CPU outside torch.compile (on GPU the check would synchronize the host)."""
-    if isinstance(alpha, Tensor):
-        if alpha.device.type != "cpu" or torch.compiler.is_compiling():
-            return
-        bad = bool(((alpha <= 1) | (alpha > 2) | ~torch.isfinite(alpha)).any())
-    else:
-        bad = not (1.0 < float(alpha) <= 2.0)
-    if bad:
-        raise ValueError(f"alpha must lie in (1, 2] for the Triton entmax kernel, got {alpha}")
+    """α ∈ (1, 2] (``check_alpha``). Tensors are checked only on CPU outside torch.compile (on GPU
+    the check would synchronize the host)."""
+    if isinstance(alpha, Tensor) and (alpha.device.type != "cpu" or torch.compiler.is_compiling()):
+        return
+    check_alpha(alpha)
 
 
 class _Geometry(NamedTuple):

@@ -1,4 +1,5 @@
-"""The two generic exact paths: they need nothing of a normalizer but ``probs``.
+"""The two generic exact paths, in pure torch on any device: they need nothing of a normalizer but
+``probs`` (or, on the materialized path, the row function the engine chose for it).
 
 * ``materialized_path`` — the whole score matrix; differentiable (training, small problems);
 * ``chunked_path`` — query blocks over their visible keys (``chunking.plan_chunks``), never an
@@ -7,10 +8,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
-from lengthgen.functional.normalizers import compute_dtype
+from lengthgen.functional.precision import compute_dtype
 from lengthgen.kernels import chunking
 from lengthgen.kernels.diagnostics import DiagnosticSink, row_diagnostics
 from lengthgen.kernels.normalizers import Normalizer
@@ -22,12 +25,14 @@ PathResult = tuple[Tensor, Tensor | None, Tensor | None]
 
 
 def materialized_path(
-    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None,
+    *, probs: Callable[[Tensor], Tensor] | None = None,
 ) -> PathResult:
-    """The whole (B, H, Nq, Nk) score matrix through ``normalizer.probs``; differentiable."""
+    """The whole (B, H, Nq, Nk) score matrix through ``probs`` (default ``normalizer.probs``);
+    differentiable."""
     cd = compute_dtype(q.dtype)
     scores = score_block(q.to(cd), k.to(cd), prob.q_positions, prob.slopes_or_none(), prob.scale, prob.causal)
-    p = normalizer.probs(scores)
+    p = (probs or normalizer.probs)(scores)
     out = torch.matmul(p.to(cd), v.to(cd)).to(v.dtype)
     if rows is None:
         return out, None, None

@@ -25,42 +25,27 @@ first; one thread per torch intra-op thread.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from lengthgen.kernels.cpu_blocks import RowJob
-from lengthgen.kernels.entmax_newton import (
-    FASTMATH,
-    MAX_NEWTON,
-    MODE_15,
-    MODE_GENERAL,
-    NUMBA_ERROR,
-    STEP_TOL,
-    newton_params,
-    numba,
-)
-from lengthgen.kernels.normalizers import Entmax, Normalizer, alpha_per_head
+from lengthgen.kernels.cpu.blocks import RowJob
+from lengthgen.kernels.cpu.entmax_newton import MAX_NEWTON, MODE_15, MODE_GENERAL, STEP_TOL, newton_params
+from lengthgen.kernels.cpu.jit import CHUNK, FASTMATH, Kernel, njit, numba
 from lengthgen.kernels.problem import AttnProblem
 
-__all__ = ["fused_available", "fused_entmax_attention"]
+__all__ = ["KERNEL", "fused_entmax_attention"]
 
 if numba is not None:
-    from numba import njit
+    from lengthgen.kernels.cpu.entmax_newton import newton as _newton
+    from lengthgen.kernels.cpu.entmax_newton import newton_step as _step
+    from lengthgen.kernels.cpu.entmax_newton import powm1 as _powm1
+    from lengthgen.kernels.cpu.entmax_newton import threshold_sums as _sums
+    from lengthgen.kernels.cpu.jit import chunk_max as _chunk_max
+    from lengthgen.kernels.cpu.jit import collect as _collect
 
-    from lengthgen.kernels.entmax_newton import newton as _newton
-    from lengthgen.kernels.entmax_newton import newton_step as _step
-    from lengthgen.kernels.entmax_newton import powm1 as _powm1
-    from lengthgen.kernels.entmax_newton import threshold_sums as _sums
-
-
-#: Scores are scanned in chunks of this many keys; a chunk whose maximum is below the current lower
-#: bound of τ is skipped without looking at its keys.
-_CHUNK = 16
 
 #: Dense rows: every this-many-th key goes into the sample that gives Newton its start.
 _SAMPLE_STRIDE = 16
@@ -73,45 +58,6 @@ _MAX_BLOCK_ROWS = 512
 
 
 if numba is not None:
-
-    @njit(cache=True, fastmath=FASTMATH, nogil=True)
-    def _chunk_max(s, n, sl, p_r, cm):  # noqa: ANN001, ANN202
-        """Add the ALiBi bias in place (sl ≠ 0), fill chunk maxima cm; return (row max, #chunks)."""
-        if sl != 0.0:
-            for j in range(n):
-                s[j] += sl * np.float32(j - p_r)
-        nc = n // _CHUNK
-        ms = np.float32(-np.inf)
-        for c in range(nc):
-            mc = np.float32(-np.inf)
-            for t in range(_CHUNK):
-                mc = max(mc, s[c * _CHUNK + t])
-            cm[c] = mc
-            ms = max(ms, mc)
-        if nc * _CHUNK < n:
-            mc = np.float32(-np.inf)
-            for j in range(nc * _CHUNK, n):
-                mc = max(mc, s[j])
-            cm[nc] = mc
-            ms = max(ms, mc)
-            nc += 1
-        return ms, nc
-
-    @njit(cache=True, fastmath=FASTMATH, nogil=True)
-    def _collect(s, n, chunks, n_chunks, thr, cv, ci, lim):  # noqa: ANN001, ANN202
-        """Keys x > thr of the listed chunks into cv/ci (branch-free); −1 if more than ``lim``."""
-        k = 0
-        for a in range(n_chunks):
-            j0 = chunks[a] * _CHUNK
-            j1 = min(n, j0 + _CHUNK)
-            for j in range(j0, j1):
-                x = s[j]
-                cv[k] = x
-                ci[k] = j
-                k += x > thr
-            if k > lim:
-                return -1
-        return k
 
     @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def _keys_above(s, n, c):  # noqa: ANN001, ANN202
@@ -234,9 +180,9 @@ if numba is not None:
         em1 = e - 1.0
         ei = em1_int[h]
         md = mode[h]
-        n_chunk_max = L // min(_CHUNK, _SAMPLE_STRIDE) + 1  # cmv also holds a dense row's sample
-        cv = np.empty(cap + _CHUNK, np.float32)
-        ci = np.empty(cap + _CHUNK, np.int64)
+        n_chunk_max = L // min(CHUNK, _SAMPLE_STRIDE) + 1  # cmv also holds a dense row's sample
+        cv = np.empty(cap + CHUNK, np.float32)
+        ci = np.empty(cap + CHUNK, np.int64)
         cm = np.empty(n_chunk_max, np.float32)
         cmv = np.empty(n_chunk_max, np.float32)
         cmi = np.empty(n_chunk_max, np.int64)
@@ -320,34 +266,6 @@ if numba is not None:
         return n_dense
 
 
-    @njit(cache=True, fastmath=FASTMATH, nogil=True)
-    def _count_above(S, pos, slope, thr, out):  # noqa: ANN001, ANN202
-        """out[r] = #{j ≤ pos[r] : S[r, j] − slope·(pos[r] − j) > thr[r]} (a softmax row's support)."""
-        R, L = S.shape
-        for r in range(R):
-            n = min(L, pos[r] + 1)
-            t = thr[r]
-            c = 0
-            sl = np.float32(slope)
-            for j in range(n):
-                c += (S[r, j] - sl * np.float32(pos[r] - j)) > t
-            out[r] = c
-
-
-def row_helpers() -> tuple[Any, Any]:
-    """The numba helpers other row kernels share: (bias + chunk maxima, collect above a bound)."""
-    return _chunk_max, _collect
-
-
-def count_above_kernel() -> Any:
-    """The numba support-counting pass of the fused softmax path, or None without numba."""
-    return _count_above if fused_available() else None
-
-
-_kernel: Any = None
-_kernel_error: BaseException | None = NUMBA_ERROR
-
-
 def _smoke(kernel: Any) -> None:
     """Compile (or load from numba's cache) and run the kernel once on a 1×1×2 problem."""
     S = np.array([[[0.5, -0.25]]], np.float32)
@@ -364,54 +282,14 @@ def _smoke(kernel: Any) -> None:
         raise RuntimeError(f"fused kernel smoke test gave {out[0, 0, 0]}")
 
 
-def _get_kernel() -> Any:
-    global _kernel, _kernel_error
-    if _kernel is None and _kernel_error is None:
-        try:
-            _smoke(rows_kernel)
-            _kernel = rows_kernel
-        except Exception as exc:  # pragma: no cover - numba present but broken
-            _kernel_error = exc
-    return _kernel
-
-
-def fused_available() -> bool:
-    """True when numba imports and the kernel compiles."""
-    return _get_kernel() is not None
-
-
-def lazy_kernel(build: Callable[[], Any]) -> Callable[[], Any]:
-    """A getter of the numba kernel ``build`` compiles (or loads from numba's cache) on first use;
-    it returns None while the fused kernels are unavailable (no numba)."""
-    built = functools.cache(build)
-    return lambda: built() if fused_available() else None
-
-
-def fused_unavailable_reason() -> str:
-    """Why the fused path is unavailable ('' when it is available)."""
-    return "" if fused_available() else f"{type(_kernel_error).__name__}: {_kernel_error}"
-
-
-def fused_path(
-    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
-) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """The engine's ``fused`` path for an ``Entmax`` normalizer."""
-    assert isinstance(normalizer, Entmax)
-    out, entropy, support, _ = fused_entmax_attention(q, k, v, prob, alpha_per_head(normalizer, prob.H), rows)
-    return out, entropy, support
+#: The fused row kernel, compiled and checked on first use.
+KERNEL = Kernel("the fused CPU α-entmax kernel", lambda: rows_kernel, _smoke)
 
 
 @torch.no_grad()
 def fused_entmax_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    prob: AttnProblem,
-    alpha: Tensor,
-    rows: Tensor | None,
-    *,
-    cap: int = 2048,
-    threads: int | None = None,
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, alpha: Tensor, rows: Tensor | None, *,
+    cap: int = 2048, threads: int | None = None,
 ) -> tuple[Tensor, Tensor | None, Tensor | None, int]:
     """Exact α-entmax attention on CPU; returns (out, entropy, support, dense_rows).
 
@@ -420,9 +298,7 @@ def fused_entmax_attention(
     hook). Query blocks follow ``chunking.plan_chunks`` per head, one score buffer per thread.
     ``threads``: worker threads (default: torch's intra-op thread count).
     """
-    kernel = _get_kernel()
-    if kernel is None:
-        raise RuntimeError(f"the fused CPU path needs numba: {fused_unavailable_reason()}")
+    kernel = KERNEL.get()
     a = alpha.numpy()
     # Work in x = (α−1)·z: scale·(α−1) into q, (α−1) into the slopes.
     job = RowJob.prepare(q, k, v, prob, prob.scale * (a - 1.0), a - 1.0, rows)

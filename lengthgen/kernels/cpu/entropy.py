@@ -30,11 +30,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lengthgen.kernels.cpu_blocks import RowJob, run_blocks
-from lengthgen.kernels.cpu_entmax import fused_unavailable_reason, lazy_kernel
+from lengthgen.kernels.cpu.blocks import RowJob, run_blocks
+from lengthgen.kernels.cpu.jit import FASTMATH, FASTMATH_EXACT_ORDER, Kernel
 from lengthgen.kernels.problem import AttnProblem
 
-__all__ = ["entropy_available", "softmax_lse_entropy"]
+__all__ = ["KERNEL", "softmax_lse_entropy"]
 
 #: Query rows per work item, and score entries per BLAS tile (rows × keys, 1 MiB of float32 in
 #: L2): a row's keys go through in tiles, merged exactly, instead of one block of all its keys
@@ -50,14 +50,11 @@ _REDO_ABOVE = 2.0**16
 
 
 def _build_kernel() -> Any:
-    """Compile (or load from numba's cache) the row kernel; needs numba."""
-    from numba import njit
+    """Define the row kernel (numba compiles it, or loads it from its cache, on the first call)."""
+    from lengthgen.kernels.cpu.jit import njit
 
-    # No "reassoc" here: it would let LLVM fold the two-part ln 2 of the reduction back into one.
-    exact_order = {"nsz", "arcp", "contract", "nnan"}
-    fastmath = exact_order | {"reassoc"}
-
-    @njit(cache=True, fastmath=exact_order, nogil=True)
+    # No "reassoc" in exp_f32: it would let LLVM fold the two-part ln 2 of the reduction back into one.
+    @njit(cache=True, fastmath=FASTMATH_EXACT_ORDER, nogil=True)
     def exp_f32(u):  # noqa: ANN001, ANN202
         """e^u for float32 u ≤ 88 (u < −87 is taken as −87: a weight under 1.7e-38 of the row's
         Σ e^u, which is at least 1); u above 88 only in a pass that is redone (``tile_stats``)."""
@@ -75,7 +72,7 @@ def _build_kernel() -> Any:
         p = p * r + np.float32(1.0)
         return p * np.int32((np.int32(k) + np.int32(127)) << np.int32(23)).view(np.float32)
 
-    @njit(cache=True, fastmath=fastmath, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def shifted_sums(s, n, c):  # noqa: ANN001, ANN202
         """(Σ e^u, Σ u·e^u) over s[:n] with u = s − c."""
         cf = np.float32(c)
@@ -100,7 +97,7 @@ def _build_kernel() -> Any:
             moment += np.float64(e) * np.float64(u)
         return total, moment
 
-    @njit(cache=True, fastmath=fastmath, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def tile_stats(s, n, c):  # noqa: ANN001, ANN202
         """(shift m, Σ e^u, Σ u·e^u) over s[:n], n ≥ 1, with u = s − m.
 
@@ -130,7 +127,7 @@ def _build_kernel() -> Any:
             total, moment = shifted_sums(s, n, m)
         return np.float64(m), total, moment
 
-    @njit(cache=True, fastmath=fastmath, nogil=True)
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def rows(S, t0, pos, last, slope, m, T, M):  # noqa: ANN001, ANN202
         """Fold the score tile S (R, L) of keys t0 … t0 + L − 1 into each row's running (m, T, M):
         its shift (one of its scores so far; ``tile_stats``), T = Σ e^(z − m) and
@@ -167,12 +164,18 @@ def _build_kernel() -> Any:
     return rows
 
 
-_get_kernel = lazy_kernel(_build_kernel)
+def _check(kernel: Any) -> None:
+    """Scores (0.5, −0.25) of one row: LSE = log(e^0.5 + e^−0.25), entropy from its weights."""
+    top, total, moment = np.zeros(1), np.zeros(1), np.zeros(1)
+    kernel(np.array([[0.5, -0.25]], np.float32), 0, np.array([1], np.int64), np.array([1], np.int64),
+           np.zeros(1, np.float32), top, total, moment)
+    lse = top[0] + math.log(total[0])
+    if not abs(lse - math.log(math.exp(0.5) + math.exp(-0.25))) < 1e-6:
+        raise RuntimeError(f"entropy pass self-test gave LSE {lse}")
 
 
-def entropy_available() -> bool:
-    """True when numba is there to run the pass."""
-    return _get_kernel() is not None
+#: The row kernel, compiled and checked on first use.
+KERNEL = Kernel("the CPU entropy pass", _build_kernel, _check)
 
 
 @torch.no_grad()
@@ -187,9 +190,7 @@ def softmax_lse_entropy(
     for θ = 1. ``window_eps``: sloped heads skip keys whose summed weight is at most this fraction
     of the row's. ``threads``: worker threads (default: torch's intra-op thread count).
     """
-    kernel = _get_kernel()
-    if kernel is None:
-        raise RuntimeError(f"the CPU entropy pass needs numba: {fused_unavailable_reason()}")
+    kernel = KERNEL.get()
     pos = prob.q_positions
     if not bool((pos[1:] >= pos[:-1]).all()):  # blocks of neighbouring rows share their keys
         order = torch.argsort(pos, stable=True)

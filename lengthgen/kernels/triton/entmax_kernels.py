@@ -54,6 +54,70 @@ def _powers(z, tau, km1, POW_MODE: tl.constexpr):
 
 
 @triton.jit
+def _program(H):
+    """(block index, batch·head, batch, head) of this program (grid: blocks × batch·heads)."""
+    bh = tl.program_id(1)
+    return tl.program_id(0), bh, bh // H, bh % H
+
+
+@triton.jit
+def _block(pid, BLOCK: tl.constexpr, N, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Block ``pid`` of BLOCK rows among N: (row offsets, channel offsets, rows in range, real
+    channels, the (rows, channels) mask of a tile)."""
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, BLOCK_D)
+    ok = offs < N
+    d_ok = offs_d < HEAD_DIM
+    return offs, offs_d, ok, d_ok, ok[:, None] & d_ok[None, :]
+
+
+@triton.jit
+def _head(ALPHA, SLOPES, h, scale, HAS_ALIBI: tl.constexpr):
+    """Head h's (α, α − 1, k − 1, the score factor scale·(α − 1), the bias factor (α − 1)·slope)."""
+    alpha = tl.load(ALPHA + h)
+    am1 = alpha - 1.0
+    km1 = 1.0 / am1 - 1.0  # k − 1 = (2 − α)/(α − 1)
+    sc = scale * am1
+    bias_coef = 0.0
+    if HAS_ALIBI:
+        bias_coef = am1 * tl.load(SLOPES + h)
+    return alpha, am1, km1, sc, bias_coef
+
+
+@triton.jit
+def _tile(base, offs, stride, offs_d, stride_d, mask):
+    """Rows ``offs`` of a (rows, D) matrix, zero where ``mask`` is False."""
+    return tl.load(base + offs[:, None] * stride + offs_d[None, :] * stride_d, mask=mask, other=0.0)
+
+
+@triton.jit
+def _put_tile(base, offs, stride, offs_d, stride_d, value, mask):
+    """Write ``value`` to rows ``offs`` of a (rows, D) matrix, in the matrix's dtype, where ``mask``."""
+    ptrs = base + offs[:, None] * stride + offs_d[None, :] * stride_d
+    tl.store(ptrs, value.to(ptrs.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _saved_rows(TAU, LOGS, DELTA, bh, N, offs_m, row_ok):
+    """Per row: τ and log2 Σp̃ (saved by the forward) and c (computed before the backward)."""
+    tau = tl.load(TAU + bh * N + offs_m, mask=row_ok, other=float("inf"))
+    logs = tl.load(LOGS + bh * N + offs_m, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + bh * N + offs_m, mask=row_ok, other=0.0)
+    return tau, logs, delta
+
+
+@triton.jit
+def _score_grad(q, kt, vt, do, tau, logs, delta, alpha, km1, offs_m, offs_n, N, sc, bias_coef,
+                CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, PREC: tl.constexpr, POW_MODE: tl.constexpr):
+    """A tile's (a, xs, ∂L/∂z): dz = u (dO·v − c), u = x^(k−1)·S^(α−2) (see ``_powers``)."""
+    z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
+    a, xs, pos = _powers(z, tau, km1, POW_MODE)
+    g = tl.dot(do, tl.trans(vt), input_precision=PREC)
+    dz = a * tl.exp2((alpha - 2.0) * logs)[:, None] * (g - delta[:, None])
+    return a, xs, dz
+
+
+@triton.jit
 def _entmax_fwd(
     Q, K, V, O, ALPHA, SLOPES, TAU, LOGS, VU, MASK, POS, ENT, SUP,
     sqb, sqh, sqn, sqd,
@@ -72,35 +136,22 @@ def _entmax_fwd(
     STATS: also the normalized entropy (ENT) and support size (SUP) of every row, accumulated in
     the output pass from the same tiles.
     """
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    pid_m, bh, b, h = _program(H)
 
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m, offs_d, row_ok, d_ok, qd_mask = _block(pid_m, BLOCK_M, NQ, BLOCK_D, HEAD_DIM)
     offs_n0 = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    row_ok = offs_m < NQ
-    d_ok = offs_d < HEAD_DIM
     if HAS_POS:
         pos_m = tl.load(POS + offs_m, mask=row_ok, other=0).to(tl.int32)
     else:
         pos_m = offs_m
 
-    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :] * sqd,
-                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    q = _tile(Q + b * sqb + h * sqh, offs_m, sqn, offs_d, sqd, qd_mask)
     k_base = K + b * skb + h * skh
     v_base = V + b * svb + h * svh
 
-    alpha = tl.load(ALPHA + h)
-    am1 = alpha - 1.0
-    km1 = 1.0 / am1 - 1.0  # k − 1 = (2 − α)/(α − 1)
-    sc = scale * am1
+    alpha, am1, km1, sc, bias_coef = _head(ALPHA, SLOPES, h, scale, HAS_ALIBI)
     # Σp is summed from x^k with x^k's rounding error growing like k−1 (fp32 log2/exp2): relax to match.
     tol_a = tol * tl.maximum(km1, 1.0)
-    bias_coef = 0.0
-    if HAS_ALIBI:
-        bias_coef = am1 * tl.load(SLOPES + h)
 
     if CAUSAL:
         n_end = tl.minimum(tl.max(tl.where(row_ok, pos_m, 0), 0) + 1, N)
@@ -112,8 +163,7 @@ def _entmax_fwd(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     for start_n in range(0, n_end, BLOCK_N):
         offs_n = start_n + offs_n0
-        kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd,
-                     mask=(offs_n[:, None] < N) & d_ok[None, :], other=0.0)
+        kt = _tile(k_base, offs_n, skn, offs_d, skd, (offs_n[:, None] < N) & d_ok[None, :])
         z = _scores(q, kt, pos_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
         m_i = tl.maximum(m_i, tl.max(z, 1))
 
@@ -141,8 +191,7 @@ def _entmax_fwd(
                 live = ((n_iter == 0) | (tl.load(mask_row + start_n // BLOCK_N) != 0)).to(tl.int32)
             if live != 0:
                 offs_n = start_n + offs_n0
-                kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd,
-                             mask=(offs_n[:, None] < N) & d_ok[None, :], other=0.0)
+                kt = _tile(k_base, offs_n, skn, offs_d, skd, (offs_n[:, None] < N) & d_ok[None, :])
                 z = _scores(q, kt, pos_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
                 a, xs, pos = _powers(z, tau, km1, POW_MODE)
                 s_sum += tl.sum(a * xs, 1)
@@ -198,8 +247,8 @@ def _entmax_fwd(
         if live != 0:
             offs_n = start_n + offs_n0
             kv_mask = (offs_n[:, None] < N) & d_ok[None, :]
-            kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
-            vt = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
+            kt = _tile(k_base, offs_n, skn, offs_d, skd, kv_mask)
+            vt = _tile(v_base, offs_n, svn, offs_d, svd, kv_mask)
             z = _scores(q, kt, pos_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
             a, xs, pos = _powers(z, tau, km1, POW_MODE)
             pt = a * xs
@@ -215,9 +264,7 @@ def _entmax_fwd(
 
     s_safe = tl.where(s_sum > 0.0, s_sum, 1.0)
     o = acc / s_safe[:, None]
-    out_mask = row_ok[:, None] & d_ok[None, :]
-    tl.store(O + b * sob + h * soh + offs_m[:, None] * son + offs_d[None, :] * sod,
-             o.to(O.dtype.element_ty), mask=out_mask)
+    _put_tile(O + b * sob + h * soh, offs_m, son, offs_d, sod, o, qd_mask)
     tl.store(TAU + bh * NQ + offs_m, tau, mask=row_ok)
     tl.store(LOGS + bh * NQ + offs_m, tl.log2(s_safe), mask=row_ok)
     if STATS:
@@ -250,36 +297,17 @@ def _entmax_bwd_dq(
     POW_MODE: tl.constexpr,
 ):
     """dq_i = scale · Σ_j dz_ij k_j with dz_ij = u_ij (dO_i·v_j − c_i), one program per query block."""
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    pid_m, bh, b, h = _program(H)
 
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m, offs_d, row_ok, d_ok, qd_mask = _block(pid_m, BLOCK_M, N, BLOCK_D, HEAD_DIM)
     offs_n0 = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    row_ok = offs_m < N
-    d_ok = offs_d < HEAD_DIM
-    qd_mask = row_ok[:, None] & d_ok[None, :]
 
-    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqn + offs_d[None, :] * sqd,
-                mask=qd_mask, other=0.0)
-    do = tl.load(DO + b * sdob + h * sdoh + offs_m[:, None] * sdon + offs_d[None, :] * sdod,
-                 mask=qd_mask, other=0.0)
-    tau = tl.load(TAU + bh * N + offs_m, mask=row_ok, other=float("inf"))
-    logs = tl.load(LOGS + bh * N + offs_m, mask=row_ok, other=0.0)
-    delta = tl.load(DELTA + bh * N + offs_m, mask=row_ok, other=0.0)
+    q = _tile(Q + b * sqb + h * sqh, offs_m, sqn, offs_d, sqd, qd_mask)
+    do = _tile(DO + b * sdob + h * sdoh, offs_m, sdon, offs_d, sdod, qd_mask)
+    tau, logs, delta = _saved_rows(TAU, LOGS, DELTA, bh, N, offs_m, row_ok)
     k_base = K + b * skb + h * skh
     v_base = V + b * svb + h * svh
-
-    alpha = tl.load(ALPHA + h)
-    am1 = alpha - 1.0
-    km1 = 1.0 / am1 - 1.0
-    sc = scale * am1
-    bias_coef = 0.0
-    if HAS_ALIBI:
-        bias_coef = am1 * tl.load(SLOPES + h)
-    u_coef = tl.exp2((alpha - 2.0) * logs)  # u = x^(k−1) · S^(α−2)
+    alpha, am1, km1, sc, bias_coef = _head(ALPHA, SLOPES, h, scale, HAS_ALIBI)
 
     if CAUSAL:
         n_end = tl.minimum((pid_m + 1) * BLOCK_M, N)
@@ -295,16 +323,13 @@ def _entmax_bwd_dq(
         if live != 0:
             offs_n = start_n + offs_n0
             kv_mask = (offs_n[:, None] < N) & d_ok[None, :]
-            kt = tl.load(k_base + offs_n[:, None] * skn + offs_d[None, :] * skd, mask=kv_mask, other=0.0)
-            vt = tl.load(v_base + offs_n[:, None] * svn + offs_d[None, :] * svd, mask=kv_mask, other=0.0)
-            z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
-            a, xs, pos = _powers(z, tau, km1, POW_MODE)
-            g = tl.dot(do, tl.trans(vt), input_precision=PREC)
-            dz = a * u_coef[:, None] * (g - delta[:, None])
+            kt = _tile(k_base, offs_n, skn, offs_d, skd, kv_mask)
+            vt = _tile(v_base, offs_n, svn, offs_d, svd, kv_mask)
+            a, xs, dz = _score_grad(q, kt, vt, do, tau, logs, delta, alpha, km1, offs_m, offs_n, N, sc,
+                                    bias_coef, CAUSAL, HAS_ALIBI, PREC, POW_MODE)
             dq += tl.dot(dz.to(kt.dtype), kt, input_precision=PREC)
     dq = dq * scale
-    tl.store(DQ + b * sdqb + h * sdqh + offs_m[:, None] * sdqn + offs_d[None, :] * sdqd,
-             dq.to(DQ.dtype.element_ty), mask=qd_mask)
+    _put_tile(DQ + b * sdqb + h * sdqh, offs_m, sdqn, offs_d, sdqd, dq, qd_mask)
 
 
 @triton.jit
@@ -323,32 +348,16 @@ def _entmax_bwd_dkdv(
     POW_MODE: tl.constexpr,
 ):
     """dv_j = Σ_i p_ij dO_i and dk_j = scale · Σ_i dz_ij q_i, one program per key block."""
-    pid_n = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
+    pid_n, bh, b, h = _program(H)
 
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_n, offs_d, col_ok, d_ok, kv_mask = _block(pid_n, BLOCK_N, N, BLOCK_D, HEAD_DIM)
     offs_m0 = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
-    col_ok = offs_n < N
-    d_ok = offs_d < HEAD_DIM
-    kv_mask = col_ok[:, None] & d_ok[None, :]
 
-    kt = tl.load(K + b * skb + h * skh + offs_n[:, None] * skn + offs_d[None, :] * skd,
-                 mask=kv_mask, other=0.0)
-    vt = tl.load(V + b * svb + h * svh + offs_n[:, None] * svn + offs_d[None, :] * svd,
-                 mask=kv_mask, other=0.0)
+    kt = _tile(K + b * skb + h * skh, offs_n, skn, offs_d, skd, kv_mask)
+    vt = _tile(V + b * svb + h * svh, offs_n, svn, offs_d, svd, kv_mask)
     q_base = Q + b * sqb + h * sqh
     do_base = DO + b * sdob + h * sdoh
-
-    alpha = tl.load(ALPHA + h)
-    am1 = alpha - 1.0
-    km1 = 1.0 / am1 - 1.0
-    sc = scale * am1
-    bias_coef = 0.0
-    if HAS_ALIBI:
-        bias_coef = am1 * tl.load(SLOPES + h)
+    alpha, am1, km1, sc, bias_coef = _head(ALPHA, SLOPES, h, scale, HAS_ALIBI)
 
     if CAUSAL:
         m_start = ((pid_n * BLOCK_N) // BLOCK_M) * BLOCK_M
@@ -366,23 +375,17 @@ def _entmax_bwd_dkdv(
             offs_m = start_m + offs_m0
             row_ok = offs_m < N
             qd_mask = row_ok[:, None] & d_ok[None, :]
-            q = tl.load(q_base + offs_m[:, None] * sqn + offs_d[None, :] * sqd, mask=qd_mask, other=0.0)
-            do = tl.load(do_base + offs_m[:, None] * sdon + offs_d[None, :] * sdod, mask=qd_mask, other=0.0)
-            tau = tl.load(TAU + bh * N + offs_m, mask=row_ok, other=float("inf"))
-            logs = tl.load(LOGS + bh * N + offs_m, mask=row_ok, other=0.0)
-            delta = tl.load(DELTA + bh * N + offs_m, mask=row_ok, other=0.0)
-            z = _scores(q, kt, offs_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
-            a, xs, pos = _powers(z, tau, km1, POW_MODE)
+            q = _tile(q_base, offs_m, sqn, offs_d, sqd, qd_mask)
+            do = _tile(do_base, offs_m, sdon, offs_d, sdod, qd_mask)
+            tau, logs, delta = _saved_rows(TAU, LOGS, DELTA, bh, N, offs_m, row_ok)
+            a, xs, dz = _score_grad(q, kt, vt, do, tau, logs, delta, alpha, km1, offs_m, offs_n, N, sc,
+                                    bias_coef, CAUSAL, HAS_ALIBI, PREC, POW_MODE)
             p = a * xs * tl.exp2(-logs)[:, None]
             dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
-            g = tl.dot(do, tl.trans(vt), input_precision=PREC)
-            dz = a * tl.exp2((alpha - 2.0) * logs)[:, None] * (g - delta[:, None])
             dk += tl.dot(tl.trans(dz.to(q.dtype)), q, input_precision=PREC)
     dk = dk * scale
-    tl.store(DK + b * sdkb + h * sdkh + offs_n[:, None] * sdkn + offs_d[None, :] * sdkd,
-             dk.to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + b * sdvb + h * sdvh + offs_n[:, None] * sdvn + offs_d[None, :] * sdvd,
-             dv.to(DV.dtype.element_ty), mask=kv_mask)
+    _put_tile(DK + b * sdkb + h * sdkh, offs_n, sdkn, offs_d, sdkd, dk, kv_mask)
+    _put_tile(DV + b * sdvb + h * sdvh, offs_n, sdvn, offs_d, sdvd, dv, kv_mask)
 
 
 def _tuning_configs() -> list[triton.Config]:

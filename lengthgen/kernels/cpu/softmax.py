@@ -28,9 +28,9 @@ How:
   (bounded, not guessed), which leaves the output within 2·WINDOW_EPS·max|v| of exact;
 * adaptive temperature: a first pass gives each row's entropy H = LSE − E_p[z], θ = poly(H); the
   second pass is plain softmax of θ·z (q and the slope channel times θ). In float32 the first
-  pass is ``cpu_entropy`` (BLAS score tiles and one vectorized numba pass: no P·V, and windowed
-  ALiBi heads without the kernel's small per-block calls; see ``_scores_pass_applies``); in
-  float64, or without numba, it is a kernel pass that attends to [k, j − p] instead of v. Either
+  pass is ``cpu/entropy.py`` (BLAS score tiles and one vectorized numba pass: no P·V, and windowed
+  ALiBi heads without the kernel's small per-block calls; see ``Passes``); in float64, or
+  without numba, it is a kernel pass that attends to [k, j − p] instead of v. Either
   accumulates in fp32, so H carries an error of a few 1e-6 nats, which θ's polynomial
   (slope ≈ 2) and θ·z turn into output errors up to about 2e-5 on peaked rows, against about
   1e-6 for plain softmax; an fp64 first pass cost 3.2× the fp32 one.
@@ -50,16 +50,17 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from lengthgen.functional.normalizers import compute_dtype
+from lengthgen.functional.precision import compute_dtype
 from lengthgen.functional.temperature import theta_from_entropy
 from lengthgen.kernels import chunking
-from lengthgen.kernels.cpu_blocks import run_blocks
-from lengthgen.kernels.cpu_entropy import entropy_available, softmax_lse_entropy
+from lengthgen.kernels.cpu.blocks import run_blocks
+from lengthgen.kernels.cpu.entropy import softmax_lse_entropy
+from lengthgen.kernels.cpu.jit import COUNT_ABOVE
 from lengthgen.kernels.diagnostics import normalize_entropy as _normalize
 from lengthgen.kernels.normalizers import AdaptiveTemperature, Normalizer
 from lengthgen.kernels.problem import AttnProblem, score_block
 
-__all__ = ["fused_path", "flash_unavailable_reason"]
+__all__ = ["Passes", "fused_path", "unavailable_reason"]
 
 #: Bound on the weight an ALiBi row may lose to its window (relative to the row's total).
 WINDOW_EPS = 2.0**-30
@@ -71,9 +72,28 @@ def _flash_op():  # noqa: ANN202
     return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def flash_unavailable_reason() -> str:
+def unavailable_reason() -> str:
     """Why the CPU flash kernel cannot be used ('' when it can)."""
     return "" if _flash_op() is not None else f"torch {torch.__version__} has no CPU flash-attention kernel"
+
+
+@dataclass(frozen=True)
+class Passes:
+    """How the path computes what the flash kernel does not give; the engine chooses
+    (``lengthgen.kernels.engine``).
+
+    ``numba_entropy``: entropy passes (adaptive temperature's first pass, the diagnostics) through
+    ``cpu/entropy.py`` (BLAS score tiles, one numba pass) rather than the flash kernel with values
+    [k, j − p]; for float32 inputs when that kernel is available (float64 keeps the flash kernel's
+    fp64 arithmetic). Measured at 65,536 tokens, 2 heads each: without a slope 7.3 s against the
+    flash kernel's 9.3 s (which also computes a 32-wide P·V this pass does not need); with slopes 1
+    and 1/2 the flash kernel runs one small call per block of rows, 3.6× slower.
+    ``numba_count``: the support count of the diagnostic rows by the numba pass of ``cpu/jit.py``
+    rather than the same count in torch.
+    """
+
+    numba_entropy: bool
+    numba_count: bool
 
 
 @dataclass
@@ -133,7 +153,7 @@ def _kernel_part(
     θ·slope/scale, k gets j − ref); the log-sum-exp is returned in true units (−θ·slope·(pos − ref)
     added back). ``want_entropy``: the
     values are [k, j − ref] and the entropy LSE − E_p[θz] is returned instead of an output (the
-    entropy pass where ``cpu_entropy`` does not apply), taken in the kernel's units where both
+    entropy pass where ``cpu/entropy.py`` is not chosen), taken in the kernel's units where both
     terms are small. ``causal_square``: rows and keys are the same positions, masked
     causally inside the kernel. ``parallel``: a call big enough for every core (the rest runs
     single-threaded, see ``_intra_op_threads``).
@@ -284,7 +304,8 @@ def _store(result: _Part, part: _Part, start: int, stop: int) -> None:
 
 
 def _attend(
-    q: Tensor, k: Tensor, v: Tensor, theta: Tensor | None, prob: AttnProblem, want_entropy: bool
+    q: Tensor, k: Tensor, v: Tensor, theta: Tensor | None, prob: AttnProblem, want_entropy: bool,
+    passes: Passes,
 ) -> _Part:
     """Every head, by head group (``_head_groups``), for sorted query rows."""
     B, H, nq, _ = q.shape
@@ -299,7 +320,7 @@ def _attend(
 
         slopes = prob.slopes[index].to(q.dtype)
         group = (pick(q), pick(k), pick(v), pick(theta))
-        if want_entropy and _scores_pass_applies(q):
+        if want_entropy and passes.numba_entropy:
             sub = replace(prob, H=len(heads), slopes=prob.slopes[index])
             lse_g, entropy_g = softmax_lse_entropy(group[0], group[1], sub, WINDOW_EPS,  # type: ignore[arg-type]
                                                    theta=group[3], threads=_PARALLEL_THREADS)
@@ -312,15 +333,6 @@ def _attend(
         if entropy is not None and part.entropy is not None:
             entropy[:, heads] = part.entropy
     return _Part(lse, out, entropy)
-
-
-def _scores_pass_applies(q: Tensor) -> bool:
-    """Whether an entropy pass goes through ``cpu_entropy`` (BLAS score tiles, one numba
-    pass) rather than the kernel with values [k, j − p]: in float32 with numba. Measured at
-    65,536 tokens, 2 heads each: without a slope 7.3 s against the kernel's 9.3 s (the kernel
-    also computes a 32-wide P·V it does not need); with slopes 1 and 1/2 the kernel runs one small
-    call per block of rows, 3.6× slower. Float64 inputs keep the kernel's fp64 arithmetic."""
-    return q.dtype == torch.float32 and entropy_available()
 
 
 def _head_groups(slopes: list[float]) -> list[list[int]]:
@@ -339,15 +351,16 @@ def _head_groups(slopes: list[float]) -> list[list[int]]:
 
 
 def _attend_rows(
-    q: Tensor, k: Tensor, v: Tensor, theta: Tensor | None, prob: AttnProblem, want_entropy: bool
+    q: Tensor, k: Tensor, v: Tensor, theta: Tensor | None, prob: AttnProblem, want_entropy: bool,
+    passes: Passes,
 ) -> _Part:
     """``_attend`` for query rows in any order (sorted for the blocks, results in the given order)."""
     pos = prob.q_positions
     if bool((pos[1:] >= pos[:-1]).all()):
-        return _attend(q, k, v, theta, prob, want_entropy)
+        return _attend(q, k, v, theta, prob, want_entropy, passes)
     order = torch.argsort(pos, stable=True)
     picked = None if theta is None else theta[:, :, order]
-    part = _attend(q[:, :, order], k, v, picked, replace(prob, q_positions=pos[order]), want_entropy)
+    part = _attend(q[:, :, order], k, v, picked, replace(prob, q_positions=pos[order]), want_entropy, passes)
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.numel())
     return _Part(
@@ -359,10 +372,11 @@ def _attend_rows(
 
 @torch.no_grad()
 def fused_path(
-    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None
+    q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer, rows: Tensor | None,
+    *, passes: Passes,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """The engine's ``fused`` path for ``Softmax`` and ``AdaptiveTemperature`` on CPU."""
-    reason = flash_unavailable_reason()
+    reason = unavailable_reason()
     if reason:
         raise RuntimeError(reason)
     if q.device.type != "cpu":
@@ -376,15 +390,15 @@ def fused_path(
         qc, kc, vc = q.to(cd), k.to(cd), v.to(cd)
         theta = None
         if isinstance(normalizer, AdaptiveTemperature):
-            first = _attend_rows(qc, kc, kc, None, prob, want_entropy=True)
+            first = _attend_rows(qc, kc, kc, None, prob, want_entropy=True, passes=passes)
             assert first.entropy is not None
             theta = theta_from_entropy(first.entropy)
-        result = _attend_rows(qc, kc, vc, theta, prob, want_entropy=False)
+        result = _attend_rows(qc, kc, vc, theta, prob, want_entropy=False, passes=passes)
         assert result.out is not None
         out = result.out.to(v.dtype)
         if rows is None:
             return out, None, None
-        entropy, support = _diagnostics(qc, kc, prob, rows, result.lse, theta)
+        entropy, support = _diagnostics(qc, kc, prob, rows, result.lse, theta, passes)
         return out, entropy, support
 
 
@@ -407,18 +421,17 @@ def _intra_op_threads(n: int) -> Iterator[None]:
 
 
 def _diagnostics(
-    q: Tensor, k: Tensor, prob: AttnProblem, rows: Tensor, lse: Tensor, theta: Tensor | None
+    q: Tensor, k: Tensor, prob: AttnProblem, rows: Tensor, lse: Tensor, theta: Tensor | None, passes: Passes
 ) -> tuple[Tensor, Tensor]:
     """Entropy and support of the diagnostic rows, without materializing their weights.
 
     Entropy: H = LSE − E_p[θz] from one more entropy pass over just these rows (as adaptive
     temperature's first pass, ``_attend`` with ``want_entropy``). Support: the keys whose
-    p = exp(θz − LSE) is a positive float32, counted on BLAS score blocks by a numba pass
-    (``_count_above``).
+    p = exp(θz − LSE) is a positive float32, counted on BLAS score blocks (``_count_above``).
     """
     chosen_theta = None if theta is None else theta[:, :, rows]
     sub = replace(prob, Nq=rows.numel(), q_positions=prob.q_positions[rows], full_rows=False)
-    again = _attend_rows(q[:, :, rows], k, k, chosen_theta, sub, want_entropy=True)
+    again = _attend_rows(q[:, :, rows], k, k, chosen_theta, sub, want_entropy=True, passes=passes)
     assert again.entropy is not None
     entropy = _normalize(again.entropy, sub.visible())
     info = torch.finfo(torch.float32)
@@ -426,19 +439,20 @@ def _diagnostics(
     threshold = lse[:, :, rows] + underflow
     if chosen_theta is not None:
         threshold = threshold / chosen_theta
-    support = _count_above(q[:, :, rows] * prob.scale, k, sub, threshold)
+    support = _count_above(q[:, :, rows] * prob.scale, k, sub, threshold, passes.numba_count)
     return entropy, support
 
 
-def _count_above(qs: Tensor, k: Tensor, prob: AttnProblem, threshold: Tensor) -> Tensor:
-    """Per row, the visible keys with scaled score + ALiBi bias above ``threshold`` (B, H, R)."""
+def _count_above(qs: Tensor, k: Tensor, prob: AttnProblem, threshold: Tensor, numba_count: bool) -> Tensor:
+    """Per row, the visible keys with scaled score + ALiBi bias above ``threshold`` (B, H, R), by
+    the numba pass or (``numba_count`` False) the same count in torch."""
     B, H, R, _ = qs.shape
     counts = torch.zeros((B, H, R), dtype=torch.float32)
     pos = prob.q_positions
     pos_list = pos.tolist()
     slopes = prob.slopes.tolist()
     blocks = chunking.plan_chunks(pos_list, prob.Nk, prob.causal, 1, reused_buffer=True)
-    kernel = _count_kernel()
+    kernel = COUNT_ABOVE.get() if numba_count else None
     qf, kf, thr = qs.float(), k.float(), threshold.float()
 
     def work(bh: int, start: int, rows: int, keys: int, buf: Tensor) -> int:
@@ -449,7 +463,7 @@ def _count_above(qs: Tensor, k: Tensor, prob: AttnProblem, threshold: Tensor) ->
         if kernel is not None:
             kernel(scores.numpy(), row_pos.numpy(), slopes[h], thr[b, h, start : start + rows].numpy(),
                    counts[b, h, start : start + rows].numpy())
-        else:  # numba missing: the same count in torch
+        else:
             j = torch.arange(keys)
             z = scores - slopes[h] * (row_pos[:, None] - j[None, :])
             above = (z > thr[b, h, start : start + rows, None]) & (j[None, :] <= row_pos[:, None])
@@ -461,9 +475,3 @@ def _count_above(qs: Tensor, k: Tensor, prob: AttnProblem, threshold: Tensor) ->
     run_blocks(work, items, buffer, _PARALLEL_THREADS)
     return counts
 
-
-def _count_kernel():  # noqa: ANN202
-    """The numba counting pass, or None when numba is unavailable."""
-    from lengthgen.kernels.cpu_entmax import count_above_kernel
-
-    return count_above_kernel()

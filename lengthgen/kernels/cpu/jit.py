@@ -1,0 +1,147 @@
+"""numba for the CPU kernels: whether it imports, its compiler flags, each kernel's own lazy
+compile and self-test (``Kernel``), and the row helpers several kernels share.
+
+Why one module: every numba kernel needs the same import guard and flags, and the helpers below are
+used by more than one kernel. Each kernel is compiled and checked on its own (``Kernel``), so a
+kernel that fails to compile or gives a wrong answer switches off that kernel alone; the engine
+asks each one whether it is available (``lengthgen.kernels.engine``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from lengthgen.errors import exception_line
+
+try:  # numba is a dependency, but keep the package importable (and the torch paths usable) without it
+    import numba
+    from numba import njit
+
+    NUMBA_ERROR: BaseException | None = None
+except Exception as exc:  # pragma: no cover - exercised only where numba is missing
+    numba = None
+    njit = None
+    NUMBA_ERROR = exc
+
+__all__ = ["CHUNK", "FASTMATH", "FASTMATH_EXACT_ORDER", "FASTMATH_WITH_NAN", "NUMBA_ERROR", "Kernel", "njit",
+           "numba"]
+
+# No "ninf": the kernels start reductions at −inf. "nnan" is safe because every score is finite (the
+# callers reject or route away non-finite inputs) and lets LLVM vectorize the max reductions.
+FASTMATH = {"nsz", "arcp", "contract", "reassoc", "nnan"}
+#: The training row solver's flags: its rows hold −inf for masked keys, and it was measured and
+#: validated without "nnan" (``cpu/entmax_rows.py``).
+FASTMATH_WITH_NAN = FASTMATH - {"nnan"}
+#: Without "reassoc", which would let LLVM fold a two-part constant back into one (``cpu/entropy.py``).
+FASTMATH_EXACT_ORDER = FASTMATH - {"reassoc"}
+
+#: Scores are scanned in chunks of this many keys; a chunk whose maximum is below a row's bound is
+#: skipped without looking at its keys.
+CHUNK = 16
+
+
+class Kernel:
+    """A numba kernel, compiled (or loaded from numba's cache) on first use and checked once on a
+    tiny problem with a known answer; unavailable, with the reason, when numba is missing or either
+    step fails. ``build`` returns the kernel; ``check`` raises if it computes the wrong thing."""
+
+    def __init__(self, what: str, build: Callable[[], Any], check: Callable[[Any], None]) -> None:
+        self.what = what
+        self._build = build
+        self._check = check
+        self._kernel: Any = None
+        self._error: BaseException | None = NUMBA_ERROR
+
+    def _load(self) -> None:
+        if self._kernel is None and self._error is None:
+            try:
+                kernel = self._build()
+                self._check(kernel)
+                self._kernel = kernel
+            except Exception as exc:  # pragma: no cover - numba present but broken: a fallback, not a crash
+                self._error = exc
+
+    def unavailable_reason(self) -> str:
+        """Why the kernel cannot run ('' when it can)."""
+        self._load()
+        if self._kernel is not None:
+            return ""
+        assert self._error is not None  # _load either compiled the kernel or kept why not
+        return exception_line(self._error)
+
+    def get(self) -> Any:
+        """The compiled kernel; RuntimeError when it is unavailable."""
+        reason = self.unavailable_reason()
+        if reason:
+            raise RuntimeError(f"{self.what} needs numba: {reason}")
+        return self._kernel
+
+
+if numba is not None:
+
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
+    def chunk_max(s, n, sl, p_r, cm):  # noqa: ANN001, ANN201
+        """Add the ALiBi bias in place (sl ≠ 0), fill chunk maxima cm; return (row max, #chunks)."""
+        if sl != 0.0:
+            for j in range(n):
+                s[j] += sl * np.float32(j - p_r)
+        nc = n // CHUNK
+        ms = np.float32(-np.inf)
+        for c in range(nc):
+            mc = np.float32(-np.inf)
+            for t in range(CHUNK):
+                mc = max(mc, s[c * CHUNK + t])
+            cm[c] = mc
+            ms = max(ms, mc)
+        if nc * CHUNK < n:
+            mc = np.float32(-np.inf)
+            for j in range(nc * CHUNK, n):
+                mc = max(mc, s[j])
+            cm[nc] = mc
+            ms = max(ms, mc)
+            nc += 1
+        return ms, nc
+
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
+    def collect(s, n, chunks, n_chunks, thr, cv, ci, lim):  # noqa: ANN001, ANN201
+        """Keys x > thr of the listed chunks into cv/ci (branch-free); −1 if more than ``lim``."""
+        k = 0
+        for a in range(n_chunks):
+            j0 = chunks[a] * CHUNK
+            j1 = min(n, j0 + CHUNK)
+            for j in range(j0, j1):
+                x = s[j]
+                cv[k] = x
+                ci[k] = j
+                k += x > thr
+            if k > lim:
+                return -1
+        return k
+
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
+    def count_above(S, pos, slope, thr, out):  # noqa: ANN001, ANN201
+        """out[r] = #{j ≤ pos[r] : S[r, j] − slope·(pos[r] − j) > thr[r]} (a softmax row's support)."""
+        R, L = S.shape
+        for r in range(R):
+            n = min(L, pos[r] + 1)
+            t = thr[r]
+            c = 0
+            sl = np.float32(slope)
+            for j in range(n):
+                c += (S[r, j] - sl * np.float32(pos[r] - j)) > t
+            out[r] = c
+
+
+def _check_count(kernel: Any) -> None:
+    out = np.zeros(1, np.float32)
+    kernel(np.array([[0.5, -0.25, 2.0]], np.float32), np.array([1], np.int64), 0.0,
+           np.array([0.0], np.float32), out)
+    if out[0] != 1:
+        raise RuntimeError(f"support count self-test gave {out[0]}, not 1")
+
+
+#: The support counter of the fused softmax path's diagnostics (``cpu/softmax.py``).
+COUNT_ABOVE = Kernel("the CPU support count", lambda: count_above, _check_count)
