@@ -171,7 +171,7 @@ def _entmax_fwd_op(
         q, k, v, o, alpha, slopes if slopes is not None else alpha, tau, logs,
         vu if store_vu else tau, tile_map if geo.use_mask else tau,
         positions if positions is not None else tau, ent if stats else tau, sup if stats else tau,
-        *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+        q.stride(), k.stride(), v.stride(), o.stride(),
         H, NQ, N, geo.nb_m, geo.nb_n, scale, _TOL,
         HEAD_DIM=D, BLOCK_D=geo.block_d, BLOCK_M=geo.block_m, BLOCK_N=geo.block_n,
         CAUSAL=causal, HAS_ALIBI=slopes is not None, STORE_VU=store_vu,
@@ -224,7 +224,7 @@ def _entmax_bwd_op(
         dq = _alloc((B, H, N, D), q.dtype, dev)
         kern.entmax_bwd_dq[(geo.nb_m, B * H)](
             q, k, v, do, dq, alpha, slopes_arg, tau, logs, delta, map_arg,
-            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
+            q.stride(), k.stride(), v.stride(), do.stride(), dq.stride(),
             H, N, geo.nb_m, geo.nb_n, scale, **common,
         )
     if need_kv:
@@ -232,7 +232,7 @@ def _entmax_bwd_op(
         dv = _alloc((B, H, N, D), v.dtype, dev)
         kern.entmax_bwd_dkdv[(geo.nb_n, B * H)](
             q, k, v, do, dk, dv, alpha, slopes_arg, tau, logs, delta, map_arg,
-            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
+            q.stride(), k.stride(), v.stride(), do.stride(), dk.stride(), dv.stride(),
             H, N, geo.nb_m, geo.nb_n, scale, **common,
         )
     return dq, dk, dv
