@@ -608,6 +608,33 @@ def verify_command(
         raise typer.Exit(code=1)
 
 
+@app.command("positions")
+def positions_command(
+    path: str = typer.Argument(..., help="A run folder (with model.pt and config.json)."),
+    factor: int = typer.Option(2, "--factor", help="Test at the training length times this."),
+    samples: int = typer.Option(64, "--samples", help="Test samples (the evaluation's test set)."),
+    bins: int = typer.Option(8, "--bins", help="Ranges of answer positions to report."),
+    device: Device = typer.Option("auto", "--device"),
+    trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
+) -> None:
+    """Accuracy by answer position at one length: does a model fail everywhere, or only past the
+    positions training reached?"""
+    from lengthgen.harness.positions import profile_run
+    from lengthgen.registry import trusted_plugins
+
+    if bins < 1:
+        raise UserError(f"--bins must be at least 1, got {bins}")
+    with trusted_plugins(everything=trust_plugins):
+        profile = profile_run(input_path(path, "PATH"), factor, samples, device)
+    typer.echo(f"{profile.run_id} at {profile.factor}x (length {profile.length}, {samples} test samples); "
+               f"training scored answer positions 1-{profile.trained_positions}")
+    typer.echo(f"{'answer positions':>18} {'accuracy':>9}")
+    for first, last, accuracy in profile.accuracy.bins(bins):
+        mark = "  (beyond training)" if first > profile.trained_positions else ""
+        label = f"{first}" if first == last else f"{first}-{last}"
+        typer.echo(f"{label:>18} {100 * accuracy:>8.1f}%{mark}")
+
+
 def main() -> None:
     """The ``lengthgen`` script: output that always encodes (ASCII where the terminal needs it),
     every warning as one line, shown once."""

@@ -1,0 +1,101 @@
+"""Accuracy by answer position: where in its answer a trained model starts to go wrong.
+
+Why. Exact match says only that some prediction of a sample was wrong. A model that extrapolates
+badly can fail everywhere (its attention dispersed) or only past the positions it was trained on
+(it learned to locate tokens by absolute position); the two call for different explanations.
+Scoring each prediction by its index within its sample's answer tells them apart. The predictions
+are the evaluation's own (the same test set, one teacher-forced pass, ``harness/evaluate.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lengthgen.errors import UserError
+from lengthgen.harness.batches import ModelBatch
+from lengthgen.harness.evaluate import TEST_SEED, sequence_tokens
+from lengthgen.harness.reevaluate import load_model, load_saved_run
+from lengthgen.harness.run import resolve_device
+from lengthgen.limits import check_sample_size
+from lengthgen.model import Transformer
+from lengthgen.tasks import get_task
+from lengthgen.tasks.base import Task
+
+
+@dataclass(frozen=True)
+class PositionAccuracy:
+    """Over a test set: ``right[k]`` predictions right and ``scored[k]`` predictions made at the
+    k-th scored position of a sample's answer (k from 0)."""
+
+    right: np.ndarray
+    scored: np.ndarray
+
+    def bins(self, count: int) -> list[tuple[int, int, float]]:
+        """``count`` equal ranges of answer positions (1-based, inclusive): (first, last, accuracy)."""
+        size = len(self.scored)
+        edges = np.unique(np.linspace(0, size, min(count, size) + 1).round().astype(int))
+        return [(int(lo) + 1, int(hi), float(self.right[lo:hi].sum() / max(1, self.scored[lo:hi].sum())))
+                for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def answer_positions(mask: np.ndarray) -> np.ndarray:
+    """For a (B, N) mask of scored predictions, the index of each within its own sample's answer
+    (−1 where nothing is scored)."""
+    return np.where(mask, np.cumsum(mask, axis=1) - 1, -1)
+
+
+@torch.no_grad()
+def accuracy_by_position(model: Transformer, task: Task, length: int, n_samples: int, batch_tokens: int,
+                         device: torch.device) -> PositionAccuracy:
+    """Score every answer position of ``n_samples`` test samples of ``length``."""
+    model.eval()
+    per_batch = max(1, min(n_samples, batch_tokens // sequence_tokens(task, length)))
+    data = task.sample(n_samples, length, seed=TEST_SEED, split="eval")
+    width = int(data.loss_mask.sum(axis=1).max())
+    right = np.zeros(width, dtype=np.int64)
+    scored = np.zeros(width, dtype=np.int64)
+    for lo in range(0, n_samples, per_batch):
+        chunk = type(data)(data.input_ids[lo : lo + per_batch], data.loss_mask[lo : lo + per_batch], [], [])
+        batch = ModelBatch.from_task(chunk, device)
+        logits = model(batch.input_ids, batch.query_positions, None)
+        hits = (logits.argmax(-1) == batch.targets).cpu().numpy()
+        mask = batch.mask.cpu().numpy()
+        index = answer_positions(mask)
+        np.add.at(scored, index[mask], 1)
+        np.add.at(right, index[mask & hits], 1)
+    return PositionAccuracy(right, scored)
+
+
+@dataclass(frozen=True)
+class RunProfile:
+    """A run's accuracy by answer position at L·``factor``; ``trained_positions`` is the answer
+    length at the longest training length, the last position training ever scored."""
+
+    run_id: str
+    length: int
+    factor: int
+    trained_positions: int
+    accuracy: PositionAccuracy
+
+
+def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto") -> RunProfile:
+    """Load the trained run in ``run_dir`` and score its answers position by position at L·``factor``."""
+    if factor < 1 or n_samples < 1:
+        raise UserError(f"factor and samples must be at least 1 (got factor {factor}, samples {n_samples})")
+    if not (run_dir / "config.json").is_file():
+        raise UserError(f"{run_dir} is not a run folder (it has no config.json): give one of a sweep's "
+                        "runs/* folders or the folder `lengthgen run` wrote")
+    run = load_saved_run(run_dir)
+    config = run.config
+    length = config.train.train_length * factor
+    check_sample_size(n_samples, length)
+    device = resolve_device(device_name)
+    task = get_task(config.task, **config.task_params)
+    model = load_model(run, config, task.vocab.size, device)
+    trained = int(task.sample(1, config.train.train_length, seed=TEST_SEED, split="eval").loss_mask.sum())
+    accuracy = accuracy_by_position(model, task, length, n_samples, config.eval.batch_tokens, device)
+    return RunProfile(run.run_id, length, factor, trained, accuracy)
