@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +54,17 @@ def sequence_tokens(task: Task, length: int) -> int:
     return int(task.sample(1, length, seed=TEST_SEED, split="eval").input_ids.shape[1])
 
 
+def test_batches(task: Task, length: int, n: int, batch_tokens: int,
+                 device: torch.device) -> Iterator[ModelBatch]:
+    """The first ``n`` samples of the test set at ``length``, in batches of at most ``batch_tokens``
+    tokens (one sample at least): what every score of a length is computed on."""
+    per_batch = max(1, min(n, batch_tokens // sequence_tokens(task, length)))
+    data = task.sample(n, length, seed=TEST_SEED, split="eval")
+    for lo in range(0, n, per_batch):
+        hi = min(n, lo + per_batch)
+        yield ModelBatch.from_task(type(data)(data.input_ids[lo:hi], data.loss_mask[lo:hi], [], []), device)
+
+
 @torch.no_grad()
 def evaluate_length(
     model: Transformer, task: Task, length: int, factor: int, config: EvalConfig,
@@ -61,22 +73,17 @@ def evaluate_length(
     model.eval()
     tokens = sequence_tokens(task, length)
     n = n_samples if n_samples is not None else config.samples_at(tokens)
-    per_batch = max(1, min(n, config.batch_tokens // tokens))
-    data = task.sample(n, length, seed=TEST_SEED, split="eval")
     stats = AttentionStats()
     exact = right = scored = 0
     start = time.perf_counter()
     bar = display(n, f"eval {length:>6} ({factor}x)", enabled=progress, unit="samples", live_only=True,
                   leave=False)
-    for lo in range(0, n, per_batch):
-        hi = min(n, lo + per_batch)
-        chunk = type(data)(data.input_ids[lo:hi], data.loss_mask[lo:hi], [], [])
-        batch = ModelBatch.from_task(chunk, device)
+    for batch in test_batches(task, length, n, config.batch_tokens, device):
         result = score(model(batch.input_ids, batch.query_positions, stats), batch)
         exact += int(result.exact.sum())
         right += result.tokens_right
         scored += result.tokens_scored
-        bar.update(hi - lo)
+        bar.update(len(result.exact))
     bar.close()
     lo_ci, hi_ci = wilson_interval(exact, n)
     return LengthResult(

@@ -16,8 +16,7 @@ import numpy as np
 import torch
 
 from lengthgen.errors import UserError
-from lengthgen.harness.batches import ModelBatch
-from lengthgen.harness.evaluate import TEST_SEED, sequence_tokens
+from lengthgen.harness.evaluate import TEST_SEED, test_batches
 from lengthgen.harness.reevaluate import load_model, load_saved_run
 from lengthgen.harness.run import resolve_device
 from lengthgen.limits import check_sample_size
@@ -53,21 +52,17 @@ def accuracy_by_position(model: Transformer, task: Task, length: int, n_samples:
                          device: torch.device) -> PositionAccuracy:
     """Score every answer position of ``n_samples`` test samples of ``length``."""
     model.eval()
-    per_batch = max(1, min(n_samples, batch_tokens // sequence_tokens(task, length)))
-    data = task.sample(n_samples, length, seed=TEST_SEED, split="eval")
-    width = int(data.loss_mask.sum(axis=1).max())
-    right = np.zeros(width, dtype=np.int64)
-    scored = np.zeros(width, dtype=np.int64)
-    for lo in range(0, n_samples, per_batch):
-        chunk = type(data)(data.input_ids[lo : lo + per_batch], data.loss_mask[lo : lo + per_batch], [], [])
-        batch = ModelBatch.from_task(chunk, device)
+    scored: list[np.ndarray] = []
+    right: list[np.ndarray] = []
+    for batch in test_batches(task, length, n_samples, batch_tokens, device):
         logits = model(batch.input_ids, batch.query_positions, None)
         hits = (logits.argmax(-1) == batch.targets).cpu().numpy()
         mask = batch.mask.cpu().numpy()
         index = answer_positions(mask)
-        np.add.at(scored, index[mask], 1)
-        np.add.at(right, index[mask & hits], 1)
-    return PositionAccuracy(right, scored)
+        scored.append(index[mask])
+        right.append(index[mask & hits])
+    scored_counts = np.bincount(np.concatenate(scored))
+    return PositionAccuracy(np.bincount(np.concatenate(right), minlength=len(scored_counts)), scored_counts)
 
 
 @dataclass(frozen=True)
