@@ -635,6 +635,31 @@ def positions_command(
         typer.echo(f"{label:>18} {100 * accuracy:>8.1f}%{mark}")
 
 
+@app.command("heads")
+def heads_command(
+    path: str = typer.Argument(..., help="A run folder (with model.pt and config.json)."),
+    factor: int = typer.Option(2, "--factor", help="Test at the training length times this."),
+    samples: int = typer.Option(32, "--samples", help="Test samples (the evaluation's test set)."),
+    device: Device = typer.Option("auto", "--device"),
+    trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
+) -> None:
+    """Per attention head at one length: how concentrated it is, where it looks, and the token
+    accuracy without it. Compare --factor 1 with a longer one to see which circuit breaks."""
+    from lengthgen.harness.heads import MASS, profile_run
+    from lengthgen.registry import trusted_plugins
+
+    with trusted_plugins(everything=trust_plugins):
+        report = profile_run(input_path(path, "PATH"), factor, samples, device)
+    typer.echo(f"{report.run_id} at {report.factor}x (length {report.length}, {report.n_samples} test "
+               f"samples): token accuracy {100 * report.accuracy:.1f}%")
+    typer.echo(f"{'layer':>5} {'head':>4} {'position':>10} {f'keys for {MASS:.0%}':>13} {'top weight':>10} "
+               f"{'top key distance':>22} {'accuracy without':>16}")
+    for h in report.heads:
+        where = f"{h.distance} ({100 * h.distance_share:.0f}% of rows)"
+        typer.echo(f"{h.layer:>5} {h.head:>4} {h.position:>10} {h.keys_for_mass:>13.1f} "
+                   f"{h.top_weight:>10.2f} {where:>22} {100 * h.accuracy_without:>15.1f}%")
+
+
 def main() -> None:
     """The ``lengthgen`` script: output that always encodes (ASCII where the terminal needs it),
     every warning as one line, shown once."""

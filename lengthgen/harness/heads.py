@@ -1,0 +1,223 @@
+"""What each attention head does at one length, and whether the model still needs it there.
+
+Why. Two backends can reach the same in-distribution score with different circuits, and only some
+circuits survive a longer input: on copy, a head that finds the source symbol by its content keeps
+working at 2x, one that finds it from position features averaged over the whole prefix does not.
+Exact match cannot tell them apart; this report can. For every head, over the predictions the
+evaluation scores (the same test set, ``harness/evaluate.test_batches``), it measures
+
+* how concentrated the head's weights are: the number of keys that hold 90% of a row's weight, and
+  the largest weight;
+* where the head looks: the most common distance back from the query to its most-weighted key,
+  and the share of rows that look exactly there;
+* what the model loses without it: token accuracy with that head's output set to zero
+  (a knock-out, one forward pass per head).
+
+The weights are recomputed from the q, k the backend receives (its query scale applied) through
+the backend's own normalizer, so they are exactly the ones the model used (tested against the
+head's output).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lengthgen.attention.backend import AttentionBackend
+from lengthgen.errors import UserError
+from lengthgen.harness.batches import ModelBatch
+from lengthgen.harness.evaluate import TEST_SEED, test_batches
+from lengthgen.harness.reevaluate import load_model, load_saved_run
+from lengthgen.harness.run import resolve_device
+from lengthgen.kernels.problem import prepare, score_block
+from lengthgen.limits import check_sample_size
+from lengthgen.model import Transformer
+from lengthgen.tasks import get_task
+from lengthgen.tasks.base import Task
+
+#: The share of a row's weight the concentration measure counts keys up to.
+MASS = 0.9
+#: Attention weights held at once (batch x heads x scored rows x keys, fp32): bounds the batch.
+WEIGHT_BUDGET = 2**25
+
+
+def keys_holding(p: Tensor, mass: float = MASS) -> Tensor:
+    """For rows of weights ``p`` (…, Nk), the fewest keys whose weights add up to ``mass``."""
+    ordered = p.sort(dim=-1, descending=True).values
+    return ((ordered.cumsum(-1) < mass - 1e-6).sum(-1) + 1).clamp(max=p.shape[-1])
+
+
+@dataclass
+class HeadTally:
+    """Running sums over the scored rows one head has seen."""
+
+    rows: int = 0
+    keys: float = 0.0
+    top_weight: float = 0.0
+    distances: Counter[int] = field(default_factory=Counter)
+
+    def add(self, p: Tensor, q_pos: Tensor, scored: Tensor) -> None:
+        """``p`` (B, R, Nk) weights of rows at positions ``q_pos`` (R,); ``scored`` (B, R) bool."""
+        top, where = p.max(dim=-1)
+        self.rows += int(scored.sum())
+        self.keys += float(keys_holding(p)[scored].sum())
+        self.top_weight += float(top[scored].sum())
+        self.distances.update((q_pos[None, :] - where)[scored].tolist())
+
+
+@dataclass(frozen=True)
+class HeadProfile:
+    layer: int
+    head: int
+    position: str  # what position information the head gets: "ALiBi 1/2", "RoPE", "NoPE"
+    keys_for_mass: float  # mean number of keys holding MASS of a row's weight
+    top_weight: float  # mean largest weight
+    distance: int  # most common distance back to the most-weighted key
+    distance_share: float  # share of rows whose most-weighted key is at that distance
+    accuracy_without: float  # token accuracy with this head's output zeroed
+
+
+@dataclass(frozen=True)
+class HeadsReport:
+    run_id: str
+    length: int
+    factor: int
+    n_samples: int
+    accuracy: float  # token accuracy of the intact model on the same predictions
+    heads: tuple[HeadProfile, ...]
+
+
+def _backends(model: Transformer) -> list[AttentionBackend]:
+    return [block.attn.backend for block in model.blocks]
+
+
+@contextmanager
+def _hooked(model: Transformer, hook: Any) -> Iterator[None]:
+    handles = [backend.register_forward_hook(hook, with_kwargs=False) for backend in _backends(model)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def head_weights(backend: AttentionBackend, args: tuple[Any, ...], rows: Tensor) -> tuple[Tensor, Tensor]:
+    """The weights (B, H, R, Nk) a backend gave the query rows at positions ``rows``, recomputed
+    from the arguments of its forward call, and those rows' positions (R,)."""
+    q, k, v, x, q_pos, slopes = args[:6]
+    keep = torch.isin(q_pos, rows)
+    q, x, q_pos = q[:, :, keep], x[:, keep], q_pos[keep]
+    scale = backend.query_scale(x, q_pos)
+    if scale is not None:
+        q = q * scale.unsqueeze(-1).to(q.dtype)
+    problem = prepare(q, k, v, True, slopes, None, q_pos)
+    scores = score_block(q.float(), k.float(), q_pos, problem.slopes_or_none(), problem.scale, True)
+    return backend.normalizer().probs(scores), q_pos
+
+
+def _position_labels(model: Transformer) -> list[str]:
+    attn = model.blocks[0].attn
+    if attn.scheme.rope:
+        return ["RoPE"] * attn.n_heads
+    slopes = attn.slopes.tolist() if attn.slopes is not None else [0.0] * attn.n_heads
+    return [f"ALiBi {_slope(s)}" if s else "NoPE" for s in slopes]
+
+
+def _slope(s: float) -> str:
+    inverse = 1.0 / s
+    return f"1/{round(inverse)}" if abs(inverse - round(inverse)) < 1e-6 and inverse > 1 else f"{s:.3g}"
+
+
+def _token_hits(model: Transformer, batch: ModelBatch) -> tuple[int, int]:
+    logits = model(batch.input_ids, batch.query_positions, None)
+    right = (logits.argmax(-1) == batch.targets) & batch.mask
+    return int(right.sum()), int(batch.mask.sum())
+
+
+@torch.no_grad()
+def profile_heads(model: Transformer, task: Task, length: int, n_samples: int, batch_tokens: int,
+                  device: torch.device) -> tuple[float, list[HeadProfile]]:
+    """Token accuracy and one profile per (layer, head) on ``n_samples`` test samples of ``length``."""
+    model.eval()
+    backends = _backends(model)
+    n_heads = model.blocks[0].attn.n_heads
+    tallies = [[HeadTally() for _ in range(n_heads)] for _ in backends]
+    hits = [[0] * n_heads for _ in backends]
+    right = scored = 0
+    layer_of = {id(backend): i for i, backend in enumerate(backends)}
+    for batch in test_batches(task, length, n_samples, batch_tokens, device):
+        with _hooked(model, _measuring(tallies, layer_of, batch)):
+            batch_right, batch_scored = _token_hits(model, batch)
+        right, scored = right + batch_right, scored + batch_scored
+        for layer in range(len(backends)):
+            for h in range(n_heads):
+                with _hooked(model, _knock_out(layer_of, layer, h)):
+                    hits[layer][h] += _token_hits(model, batch)[0]
+    labels = _position_labels(model)
+    profiles = []
+    for layer, row in enumerate(tallies):
+        for h, tally in enumerate(row):
+            distance, count = tally.distances.most_common(1)[0]
+            profiles.append(HeadProfile(
+                layer, h, labels[h], tally.keys / tally.rows, tally.top_weight / tally.rows, int(distance),
+                count / tally.rows, hits[layer][h] / scored))
+    return right / scored, profiles
+
+
+def _measuring(tallies: list[list[HeadTally]], layer_of: dict[int, int], batch: ModelBatch) -> Any:
+    """A forward hook that adds each head's weights on ``batch``'s scored rows to its tally."""
+
+    def hook(module: AttentionBackend, args: tuple[Any, ...], output: Tensor) -> None:
+        p, q_pos = head_weights(module, args, batch.query_positions)
+        keep = torch.isin(batch.query_positions, q_pos)
+        for h, tally in enumerate(tallies[layer_of[id(module)]]):
+            tally.add(p[:, h], q_pos, batch.mask[:, keep])
+
+    return hook
+
+
+def _knock_out(layer_of: dict[int, int], layer: int, head: int) -> Any:
+    """A forward hook that zeroes one head's output in one layer."""
+
+    def hook(module: AttentionBackend, args: tuple[Any, ...], output: Tensor) -> Tensor | None:
+        if layer_of[id(module)] != layer:
+            return None
+        silenced = output.clone()
+        silenced[:, head] = 0
+        return silenced
+
+    return hook
+
+
+def _batch_tokens(task: Task, length: int, model: Transformer) -> int:
+    """Tokens per batch that keep one layer's weights of the scored rows within WEIGHT_BUDGET."""
+    sample = task.sample(1, length, seed=TEST_SEED, split="eval")
+    tokens, rows = sample.input_ids.shape[1], int(sample.loss_mask.any(axis=0).sum())
+    per_sample = model.blocks[0].attn.n_heads * max(1, rows) * tokens
+    return max(1, WEIGHT_BUDGET // per_sample) * tokens
+
+
+def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto") -> HeadsReport:
+    """Load the trained run in ``run_dir`` and profile its heads at L·``factor``."""
+    if factor < 1 or n_samples < 1:
+        raise UserError(f"factor and samples must be at least 1 (got factor {factor}, samples {n_samples})")
+    if not (run_dir / "config.json").is_file():
+        raise UserError(f"{run_dir} is not a run folder (it has no config.json): give one of a sweep's "
+                        "runs/* folders or the folder `lengthgen run` wrote")
+    run = load_saved_run(run_dir)
+    config = run.config
+    length = config.train.train_length * factor
+    check_sample_size(n_samples, length)
+    device = resolve_device(device_name)
+    task = get_task(config.task, **config.task_params)
+    model = load_model(run, config, task.vocab.size, device)
+    batch_tokens = _batch_tokens(task, length, model)
+    accuracy, heads = profile_heads(model, task, length, n_samples, batch_tokens, device)
+    return HeadsReport(run.run_id, length, factor, n_samples, accuracy, tuple(heads))

@@ -1,0 +1,117 @@
+"""Per-head profiles (``lengthgen heads``): the recomputed weights are the ones each head used (they
+reproduce its output), a knock-out equals removing the head from the output projection, and the
+summaries match hand-made weight rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hostile import tiny_config  # tests/ is on sys.path
+from typer.testing import CliRunner
+
+from lengthgen.cli import app
+from lengthgen.harness.heads import HeadTally, _hooked, _knock_out, head_weights, keys_holding, profile_heads
+from lengthgen.harness.run import execute
+from lengthgen.tasks import get_task
+from lengthgen.testing import make_model
+
+runner = CliRunner()
+
+
+def test_keys_holding_counts_the_fewest_keys_that_reach_the_mass() -> None:
+    p = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.95, 0.05, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25],
+                      [0.6, 0.3, 0.1, 0.0]])
+    assert keys_holding(p).tolist() == [3, 1, 4, 2]
+
+
+def test_tally_reports_the_distance_to_the_top_key_over_scored_rows_only() -> None:
+    tally = HeadTally()
+    p = torch.zeros(2, 2, 8)
+    p[0, 0, 2], p[0, 1, 3], p[1, 0, 0], p[1, 1, 3] = 1.0, 1.0, 1.0, 1.0  # rows at positions 5 and 6
+    tally.add(p, torch.tensor([5, 6]), torch.tensor([[True, True], [False, True]]))
+    assert tally.rows == 3 and tally.distances == {3: 3} and tally.top_weight == 3.0 and tally.keys == 3
+
+
+@pytest.mark.parametrize("backend, pos", [("softmax", "nape"), ("entmax", "nape"), ("asentmax", "nape"),
+                                          ("ssmax", "alibi"), ("adaptive_temperature", "rope")])
+def test_recomputed_weights_reproduce_every_heads_output(backend: str, pos: str) -> None:
+    model = make_model(backend, pos=pos, seed=3).eval()
+    ids = torch.randint(0, 10, (2, 40), generator=torch.Generator().manual_seed(0))
+    rows = torch.arange(5, 40, 3)
+    checked = []
+
+    def check(module: Any, args: tuple[Any, ...], output: torch.Tensor) -> None:
+        p, q_pos = head_weights(module, args, rows)
+        v = args[2]
+        keep = torch.isin(args[4], q_pos)
+        assert torch.allclose(p.sum(-1), torch.ones_like(p[..., 0]), atol=1e-5)
+        assert torch.allclose(p @ v.float(), output[:, :, keep].float(), atol=1e-5)
+        checked.append(q_pos.numel())
+
+    with torch.no_grad(), _hooked(model, check):
+        model(ids, rows, None)
+    assert checked == [len(rows), len(rows)]  # every layer, only the requested rows
+
+
+def test_a_knock_out_is_the_head_removed_from_the_output_projection() -> None:
+    model = make_model("entmax", seed=1).eval()
+    ids = torch.randint(0, 10, (2, 30), generator=torch.Generator().manual_seed(1))
+    layer_of = {id(block.attn.backend): i for i, block in enumerate(model.blocks)}
+    with torch.no_grad(), _hooked(model, _knock_out(layer_of, 1, 2)):
+        silenced = model(ids)
+    d_head = model.blocks[1].attn.d_head
+    with torch.no_grad():
+        model.blocks[1].attn.out.weight[:, 2 * d_head:3 * d_head] = 0
+        removed = model(ids)
+    assert torch.allclose(silenced, removed, atol=1e-6)
+
+
+def test_profiles_cover_every_head_and_an_unused_head_costs_nothing(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    frame = execute(tiny_config(), tmp_path, progress=False)
+    from lengthgen.harness.reevaluate import load_model, load_saved_run
+
+    run = load_saved_run(tmp_path / frame["run_id"].iloc[0])
+    task = get_task("copy")
+    model = load_model(run, run.config, task.vocab.size, torch.device("cpu"))
+    with torch.no_grad():
+        model.blocks[0].attn.out.weight[:, :model.blocks[0].attn.d_head] = 0  # head 0 of layer 0 unused
+    accuracy, heads = profile_heads(model, task, 8, 6, 10_000, torch.device("cpu"))
+    n_heads = model.blocks[0].attn.n_heads
+    assert [(h.layer, h.head) for h in heads] == [(i, j) for i in range(2) for j in range(n_heads)]
+    assert heads[0].accuracy_without == pytest.approx(accuracy)
+    assert all(1 <= h.keys_for_mass and 0 < h.top_weight <= 1 and 0 < h.distance_share <= 1 for h in heads)
+
+
+def test_command_prints_one_line_per_head(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    frame = execute(tiny_config(), tmp_path, progress=False)
+    run_dir = tmp_path / frame["run_id"].iloc[0]
+    result = runner.invoke(app, ["heads", str(run_dir), "--factor", "2", "--samples", "4"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith(f"{run_dir.name} at 2x (length 12, 4 test samples): token accuracy")
+    config = frame["config_json"].iloc[0]
+    import json
+
+    arch = json.loads(config)["arch"]
+    assert len(lines) == 2 + arch["n_layers"] * arch["n_heads"]
+    assert {line.split()[2] for line in lines[2:]} <= {"ALiBi", "NoPE"}
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--factor", "0"], "factor and samples must be at least 1"),
+    (["--samples", "0"], "factor and samples must be at least 1"),
+])
+def test_bad_arguments_are_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    result = runner.invoke(app, ["heads", str(tmp_path), *args])
+    assert result.exit_code == 2 and expected in result.output, result.output
+
+
+def test_a_folder_without_a_run_is_refused(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["heads", str(tmp_path)])
+    assert result.exit_code == 2 and "is not a run folder (it has no config.json)" in result.output, \
+        result.output
