@@ -31,15 +31,11 @@ import torch
 from torch import Tensor
 
 from lengthgen.attention.backend import AttentionBackend
-from lengthgen.errors import UserError
 from lengthgen.harness.batches import ModelBatch
 from lengthgen.harness.evaluate import TEST_SEED, test_batches
-from lengthgen.harness.reevaluate import load_model, load_saved_run
-from lengthgen.harness.run import resolve_device
+from lengthgen.harness.reevaluate import open_trained
 from lengthgen.kernels.problem import prepare, score_block
-from lengthgen.limits import check_sample_size
 from lengthgen.model import Transformer
-from lengthgen.tasks import get_task
 from lengthgen.tasks.base import Task
 
 #: The share of a row's weight the concentration measure counts keys up to.
@@ -206,18 +202,8 @@ def _batch_tokens(task: Task, length: int, model: Transformer) -> int:
 
 def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto") -> HeadsReport:
     """Load the trained run in ``run_dir`` and profile its heads at L·``factor``."""
-    if factor < 1 or n_samples < 1:
-        raise UserError(f"factor and samples must be at least 1 (got factor {factor}, samples {n_samples})")
-    if not (run_dir / "config.json").is_file():
-        raise UserError(f"{run_dir} is not a run folder (it has no config.json): give one of a sweep's "
-                        "runs/* folders or the folder `lengthgen run` wrote")
-    run = load_saved_run(run_dir)
-    config = run.config
-    length = config.train.train_length * factor
-    check_sample_size(n_samples, length)
-    device = resolve_device(device_name)
-    task = get_task(config.task, **config.task_params)
-    model = load_model(run, config, task.vocab.size, device)
-    batch_tokens = _batch_tokens(task, length, model)
-    accuracy, heads = profile_heads(model, task, length, n_samples, batch_tokens, device)
-    return HeadsReport(run.run_id, length, factor, n_samples, accuracy, tuple(heads))
+    trained = open_trained(run_dir, factor, n_samples, device_name)
+    batch_tokens = _batch_tokens(trained.task, trained.length, trained.model)
+    accuracy, heads = profile_heads(trained.model, trained.task, trained.length, n_samples, batch_tokens,
+                                    trained.device)
+    return HeadsReport(trained.run.run_id, trained.length, factor, n_samples, accuracy, tuple(heads))

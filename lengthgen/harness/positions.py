@@ -15,13 +15,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lengthgen.errors import UserError
 from lengthgen.harness.evaluate import TEST_SEED, test_batches
-from lengthgen.harness.reevaluate import load_model, load_saved_run
-from lengthgen.harness.run import resolve_device
-from lengthgen.limits import check_sample_size
+from lengthgen.harness.reevaluate import open_trained
 from lengthgen.model import Transformer
-from lengthgen.tasks import get_task
 from lengthgen.tasks.base import Task
 
 
@@ -79,18 +75,9 @@ class RunProfile:
 
 def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto") -> RunProfile:
     """Load the trained run in ``run_dir`` and score its answers position by position at L·``factor``."""
-    if factor < 1 or n_samples < 1:
-        raise UserError(f"factor and samples must be at least 1 (got factor {factor}, samples {n_samples})")
-    if not (run_dir / "config.json").is_file():
-        raise UserError(f"{run_dir} is not a run folder (it has no config.json): give one of a sweep's "
-                        "runs/* folders or the folder `lengthgen run` wrote")
-    run = load_saved_run(run_dir)
-    config = run.config
-    length = config.train.train_length * factor
-    check_sample_size(n_samples, length)
-    device = resolve_device(device_name)
-    task = get_task(config.task, **config.task_params)
-    model = load_model(run, config, task.vocab.size, device)
-    trained = int(task.sample(1, config.train.train_length, seed=TEST_SEED, split="eval").loss_mask.sum())
-    accuracy = accuracy_by_position(model, task, length, n_samples, config.eval.batch_tokens, device)
-    return RunProfile(run.run_id, length, factor, trained, accuracy)
+    trained = open_trained(run_dir, factor, n_samples, device_name)
+    config, task = trained.run.config, trained.task
+    last = int(task.sample(1, config.train.train_length, seed=TEST_SEED, split="eval").loss_mask.sum())
+    accuracy = accuracy_by_position(trained.model, task, trained.length, n_samples, config.eval.batch_tokens,
+                                    trained.device)
+    return RunProfile(trained.run.run_id, trained.length, factor, last, accuracy)

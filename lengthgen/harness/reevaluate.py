@@ -40,9 +40,11 @@ from lengthgen.harness.results import read_results_file, recorded_run_ids, rows_
 from lengthgen.harness.run import length_row, plot_run, resolve_device
 from lengthgen.harness.store import ROW_KEY, current_rows, merge_rows, run_lock, save_rows
 from lengthgen.harness.tracking import EVAL_FIELDS, TrackerError, open_tracker
+from lengthgen.limits import check_sample_size
 from lengthgen.model import Transformer
 from lengthgen.registry import reading_data
 from lengthgen.tasks import get_task
+from lengthgen.tasks.base import Task
 
 __all__ = ["ROW_KEY", "EvalOutcome", "EvalPlan", "SavedRun", "find_saved_runs", "load_model",
            "load_saved_run", "merge_rows", "plan_evaluation", "plan_runs", "run_evaluation", "variant_label"]
@@ -239,6 +241,33 @@ def load_model(run: SavedRun, config: RunConfig, vocab_size: int, device: torch.
     model = Transformer(config.model(vocab_size), seed=config.seed)
     model.load_state_dict(_fitting_state(run, config, model))
     return model.to(device).eval()
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """A saved run's model, loaded to be probed at one length (``lengthgen positions``, ``heads``)."""
+
+    run: SavedRun
+    task: Task
+    model: Transformer
+    length: int
+    device: torch.device
+
+
+def open_trained(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto") -> TrainedModel:
+    """The trained run in ``run_dir`` with its task and the length L·``factor``, after checking the
+    arguments (one-line ``UserError``)."""
+    if factor < 1 or n_samples < 1:
+        raise UserError(f"factor and samples must be at least 1 (got factor {factor}, samples {n_samples})")
+    if not (run_dir / "config.json").is_file():
+        raise UserError(f"{run_dir} is not a run folder (it has no config.json): give one of a sweep's "
+                        "runs/* folders or the folder `lengthgen run` wrote")
+    run = load_saved_run(run_dir)
+    length = run.config.train.train_length * factor
+    check_sample_size(n_samples, length)
+    device = resolve_device(device_name)
+    task = get_task(run.config.task, **run.config.task_params)
+    return TrainedModel(run, task, load_model(run, run.config, task.vocab.size, device), length, device)
 
 
 def _fitting_state(run: SavedRun, config: RunConfig, model: Transformer) -> dict[str, Any]:
