@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from lengthgen.attention.backend import AttentionBackend
-from lengthgen.harness.batches import ModelBatch
+from lengthgen.harness.batches import ModelBatch, score
 from lengthgen.harness.evaluate import TEST_SEED, test_batches
 from lengthgen.harness.reevaluate import open_trained
 from lengthgen.kernels.problem import prepare, score_block
@@ -96,7 +96,7 @@ def _backends(model: Transformer) -> list[AttentionBackend]:
 
 @contextmanager
 def _hooked(model: Transformer, hook: Any) -> Iterator[None]:
-    handles = [backend.register_forward_hook(hook, with_kwargs=False) for backend in _backends(model)]
+    handles = [backend.register_forward_hook(hook) for backend in _backends(model)]
     try:
         yield
     finally:
@@ -131,12 +131,6 @@ def _slope(s: float) -> str:
     return f"1/{round(inverse)}" if abs(inverse - round(inverse)) < 1e-6 and inverse > 1 else f"{s:.3g}"
 
 
-def _token_hits(model: Transformer, batch: ModelBatch) -> tuple[int, int]:
-    logits = model(batch.input_ids, batch.query_positions, None)
-    right = (logits.argmax(-1) == batch.targets) & batch.mask
-    return int(right.sum()), int(batch.mask.sum())
-
-
 @torch.no_grad()
 def profile_heads(model: Transformer, task: Task, length: int, n_samples: int, batch_tokens: int,
                   device: torch.device) -> tuple[float, list[HeadProfile]]:
@@ -150,12 +144,13 @@ def profile_heads(model: Transformer, task: Task, length: int, n_samples: int, b
     layer_of = {id(backend): i for i, backend in enumerate(backends)}
     for batch in test_batches(task, length, n_samples, batch_tokens, device):
         with _hooked(model, _measuring(tallies, layer_of, batch)):
-            batch_right, batch_scored = _token_hits(model, batch)
-        right, scored = right + batch_right, scored + batch_scored
+            intact = score(model(batch.input_ids, batch.query_positions, None), batch)
+        right, scored = right + intact.tokens_right, scored + intact.tokens_scored
         for layer in range(len(backends)):
             for h in range(n_heads):
                 with _hooked(model, _knock_out(layer_of, layer, h)):
-                    hits[layer][h] += _token_hits(model, batch)[0]
+                    hits[layer][h] += score(model(batch.input_ids, batch.query_positions, None),
+                                            batch).tokens_right
     labels = _position_labels(model)
     profiles = []
     for layer, row in enumerate(tallies):
