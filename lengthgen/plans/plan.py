@@ -138,6 +138,20 @@ def load_plan(path: str | Path) -> BoardPlan:
 
 def rule_text(plan: BoardPlan) -> str:
     """How the plan's grids became the board's rows, for the page (the rule this module applies)."""
+    return _grids_text(plan) + _fixed_text(plan)
+
+
+def _fixed_text(plan: BoardPlan) -> str:
+    """The settings a sweep fixes beyond its preset (a wider model, a longer warm-up): a reader
+    comparing a row with the preset's defaults needs them as much as the grid."""
+    parts = [f"{sweep.name}: " + ", ".join(f"{key} = {json.dumps(value)}" for key, value in sweep.set.items())
+             for sweep in plan.sweep if sweep.set]
+    if not parts:
+        return ""
+    return " Fixed beyond the preset, for every run of a sweep: " + "; ".join(parts) + "."
+
+
+def _grids_text(plan: BoardPlan) -> str:
     grids = [s for s in plan.sweep if s.grid]
     if not grids:
         return "Every sweep of the plan has one setting: each row shows all its seeds."
