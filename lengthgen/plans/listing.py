@@ -42,6 +42,11 @@ def _waiting_seconds(state: BlockState, timings: Timings) -> list[float | None]:
     return out
 
 
+def _scaled_mark(config: RunConfig, timings: Timings, seconds: float | None) -> str:
+    """Says when an estimate comes from runs of another model size (scaled by their arithmetic)."""
+    return "" if seconds is None or timings.size_recorded(config) else " (scaled from another model size)"
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
@@ -73,7 +78,8 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
             else:
                 runs += 1
                 what = "screening run" if work.kind == "screen" else "run"
-            lines.append(f"  {what} {work.key}{f' ({label})' if label else ''}  ~{format_seconds(seconds)}")
+            lines.append(f"  {what} {work.key}{f' ({label})' if label else ''}  ~{format_seconds(seconds)}"
+                         + _scaled_mark(work.config, timings, seconds))
         later = _waiting_seconds(state, timings)
         if later:
             known, unknown = total(later)
@@ -82,7 +88,8 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
             extensions = _count(pending_extensions(state), "evaluation")
             lines.append(f"  then {_count(state.waiting, 'run')} (seeds {seeds}) and {extensions} to "
                          f"{block.full_max_factor}x at the chosen point  "
-                         f"~{format_seconds(known if not unknown else None)}")
+                         f"~{format_seconds(known if not unknown else None)}"
+                         + _scaled_mark(block.screening[0], timings, None if unknown else known))
             estimates.extend(later)
         lines.extend(f"  cannot: {line}" for line in state.blocked)
     known, unknown = total(estimates)
@@ -107,7 +114,8 @@ def missing_run_lines(configs: Sequence[RunConfig], out: str, timings: Timings,
 
     todo = plan(configs, out, retry_failed=retry_failed).todo
     estimates = [work_seconds(Work("screen", "", config), timings) for config in todo]
-    lines = [f"run {run_key(c)}  ~{format_seconds(e)}" for c, e in zip(todo, estimates, strict=True)]
+    lines = [f"run {run_key(c)}  ~{format_seconds(e)}{_scaled_mark(c, timings, e)}"
+             for c, e in zip(todo, estimates, strict=True)]
     known, unknown = total(estimates)
     lines.append(f"missing: {len(todo)} of {len(configs)} runs; estimated CPU time {format_seconds(known)}"
                  + (f" + {unknown} without a comparable recorded run" if unknown else ""))
