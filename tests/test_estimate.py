@@ -35,7 +35,8 @@ def multiply_adds(d: int, d_ff: int, length: int, layers: int = 2) -> float:
 
 
 def test_the_same_shape_uses_the_median_of_its_recorded_times() -> None:
-    rows = recorded(config(seed=0), 100.0, {1: 4.0, 2: 8.0}) + recorded(config(seed=1), 300.0, {1: 8.0, 2: 16.0})
+    rows = [*recorded(config(seed=0), 100.0, {1: 4.0, 2: 8.0}),
+            *recorded(config(seed=1), 300.0, {1: 8.0, 2: 16.0})]
     timings = Timings.from_rows(pd.DataFrame(rows))
     target = config(seed=2)
     assert timings.train_seconds(target) == pytest.approx(200.0)  # median of 1 and 3 s per step, 100 steps

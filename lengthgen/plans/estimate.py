@@ -86,7 +86,8 @@ class Timings:
         total = 0.0
         for factor in factors:
             length = config.train.train_length * factor
-            per = _lookup(self.samples, config.task, config.attn, _shape(dumped), length, _work_of(dumped, length))
+            work = _work_of(dumped, length)
+            per = _lookup(self.samples, config.task, config.attn, _shape(dumped), length, work)
             if per is None:
                 return None
             total += per * _samples(config, length)
