@@ -658,6 +658,22 @@ def heads_command(
         where = f"{h.distance} ({100 * h.distance_share:.0f}% of rows)"
         typer.echo(f"{h.layer:>5} {h.head:>4} {h.position:>10} {h.keys_for_mass:>13.1f} "
                    f"{h.top_weight:>10.2f} {where:>22} {100 * h.accuracy_without:>15.1f}%")
+    if any(h.roles for h in report.heads):
+        typer.echo("what each head's most-weighted key is, over answer tokens the model gets right / wrong:")
+        for h in report.heads:
+            typer.echo(f"{h.layer:>5} {h.head:>4} {h.position:>10}  right: {_role_shares(h.roles, True)}"
+                       f" | wrong: {_role_shares(h.roles, False)}")
+
+
+def _role_shares(roles: dict[tuple[bool, str], int], right: bool) -> str:
+    """'matching pair 96%, other pair 4% (128 tokens)': the roles over one kind of answer token."""
+    counts = sorted(((n, role) for (ok, role), n in roles.items() if ok == right),
+                    key=lambda t: (-t[0], t[1]))
+    total = sum(n for n, _ in counts)
+    if not total:
+        return "none"
+    shares = [f"{role} {100 * n / total:.0f}%" for n, role in counts]
+    return f"{', '.join(shares)} ({total} tokens)"
 
 
 def main() -> None:

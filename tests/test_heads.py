@@ -115,3 +115,30 @@ def test_a_folder_without_a_run_is_refused(tmp_path: Path) -> None:
     result = runner.invoke(app, ["heads", str(tmp_path)])
     assert result.exit_code == 2 and "is not a run folder (it has no config.json)" in result.output, \
         result.output
+
+
+def test_roles_of_the_top_key_cover_every_scored_token_once_per_head(tmp_path: Path) -> None:
+    """MQMTAR names the roles of positions: each head's tally counts every scored answer token once,
+    split by the model's answer being right or wrong, and the command prints them."""
+    from lengthgen.harness.heads import profile_run
+
+    torch.set_num_threads(1)
+    frame = execute(tiny_config("mqmtar", **{"train.train_length": 16}), tmp_path, progress=False)
+    run_dir = tmp_path / frame["run_id"].iloc[0]
+    report = profile_run(run_dir, 2, 5, "cpu")
+    task = get_task("mqmtar")
+    scored = 5 * task.config.n_queries * task.config.value_len
+    for head in report.heads:
+        assert sum(head.roles.values()) == scored
+        right = sum(n for (ok, _), n in head.roles.items() if ok)
+        assert right == round(report.accuracy * scored)
+        assert {role for _, role in head.roles} <= {
+            "matching pair", "pair sharing key token 1", "pair sharing key token 2", "other pair", "filler",
+            "start, separator or queries"}
+    result = runner.invoke(app, ["heads", str(run_dir), "--factor", "2", "--samples", "5"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    n_heads = len(report.heads)
+    assert lines[2 + n_heads].startswith("what each head's most-weighted key is")
+    assert all(" right: " in line and " | wrong: " in line for line in lines[3 + n_heads:])
+    assert len(lines) == 3 + 2 * n_heads

@@ -422,3 +422,53 @@ def test_cli_sample_65536_checked(name: str) -> None:
     tokens = [task.vocab.tokens[t] for t in record["input_ids"]]
     scored = CHECKERS[name](task, record["source"], record["target"], 65536, tokens)
     assert [i for i, m in enumerate(record["loss_mask"]) if m] == scored
+
+
+def _roles_by_brute_force(task: Task, ids: np.ndarray, row: int) -> dict[int, str]:
+    """Each position's role for the answer at ``row``, from the token strings alone: a pair is any
+    run of K key tokens followed by V value tokens (key tokens occur nowhere else in the context)."""
+    c = task.config
+    names = task.vocab.decode(ids)
+    length = len(ids) - 3 - c.n_queries * (c.key_len + c.value_len)
+    block = c.key_len + c.value_len
+    query_start = length + 2 + ((row - length - 2) // block) * block
+    query = names[query_start:query_start + c.key_len]
+    roles = {p: ("filler" if names[p] == "." else "") for p in range(1, length + 1)}
+    for start in range(1, length + 1):
+        window = names[start:start + block]
+        pair = (len(window) == block and all(t.startswith("k") for t in window[:c.key_len])
+                and all(t.startswith("v") for t in window[c.key_len:])
+                and not names[start - 1].startswith("k"))
+        if pair:
+            same = [i + 1 for i in range(c.key_len) if window[i] == query[i]]
+            role = ("matching pair" if len(same) == c.key_len else
+                    f"pair sharing key token {', '.join(map(str, same))}" if same else "other pair")
+            roles.update({p: role for p in range(start, start + block)})
+    roles.update({p: "start, separator or queries" for p in [0, *range(length + 1, len(ids))]})
+    assert all(roles.values())  # every context position is filler or in a pair
+    return roles
+
+
+@pytest.mark.parametrize(("params", "length"), [
+    ({"alphabet": 3}, 64),  # a tiny alphabet: near misses everywhere
+    ({"alphabet": 4, "key_len": 3, "value_len": 1, "n_queries": 2, "pair_fraction": 1.0}, 48),
+    ({}, 200),
+])
+def test_mqmtar_names_each_positions_role_for_an_answer(params: dict[str, Any], length: int) -> None:
+    task = get_task("mqmtar", **params)
+    batch = task.sample(6, length, seed=3, split="eval")
+    seen = set()
+    for ids, mask in zip(batch.input_ids, batch.loss_mask, strict=True):
+        for row in np.flatnonzero(mask):
+            expected = _roles_by_brute_force(task, ids, int(row))
+            got = {p: task.key_role(ids, int(row), p) for p in range(len(ids))}
+            assert got == expected
+            seen.update(got.values())
+    assert {"matching pair", "other pair"} <= seen and ("filler" in seen) == (task.config.pair_fraction < 1)
+    assert any(role.startswith("pair sharing key token") for role in seen)
+
+
+def test_tasks_without_roles_name_none() -> None:
+    task = get_task("copy")
+    batch = task.sample(1, 8, split="eval")
+    assert task.key_role(batch.input_ids[0], int(np.flatnonzero(batch.loss_mask[0])[0]), 1) is None

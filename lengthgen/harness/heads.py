@@ -11,7 +11,11 @@ evaluation scores (the same test set, ``harness/evaluate.test_batches``), it mea
 * where the head looks: the most common distance back from the query to its most-weighted key,
   and the share of rows that look exactly there;
 * what the model loses without it: token accuracy with that head's output set to zero
-  (a knock-out, one forward pass per head).
+  (a knock-out, one forward pass per head);
+* for tasks that name the roles of positions (``Task.key_role``, e.g. MQMTAR's "matching pair" and
+  "pair sharing key token 2"), what its most-weighted key is, counted separately over the answer
+  tokens the model gets right and wrong: whether a wrong answer comes from a head that found the
+  right key but spread its weight (dispersion) or from one that picked a near miss.
 
 The weights are recomputed from the q, k the backend receives (its query scale applied) through
 the backend's own normalizer, so they are exactly the ones the model used (tested against the
@@ -78,6 +82,8 @@ class HeadProfile:
     distance: int  # most common distance back to the most-weighted key
     distance_share: float  # share of rows whose most-weighted key is at that distance
     accuracy_without: float  # token accuracy with this head's output zeroed
+    #: (answer token right?, role of the most-weighted key) -> rows; empty if the task names no roles
+    roles: dict[tuple[bool, str], int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -142,10 +148,14 @@ def profile_heads(model: Transformer, task: Task, length: int, n_samples: int, b
     hits = [[0] * n_heads for _ in backends]
     right = scored = 0
     layer_of = {id(backend): i for i, backend in enumerate(backends)}
+    roles: list[list[Counter[tuple[bool, str]]]] = [[Counter() for _ in range(n_heads)] for _ in backends]
     for batch in test_batches(task, length, n_samples, batch_tokens, device):
-        with _hooked(model, _measuring(tallies, layer_of, batch)):
-            intact = score(model(batch.input_ids, batch.query_positions, None), batch)
+        tops: dict[int, tuple[Tensor, Tensor]] = {}
+        with _hooked(model, _measuring(tallies, layer_of, batch, tops)):
+            logits = model(batch.input_ids, batch.query_positions, None)
+        intact = score(logits, batch)
         right, scored = right + intact.tokens_right, scored + intact.tokens_scored
+        _count_roles(task, batch, logits.argmax(-1) == batch.targets, tops, roles)
         for layer in range(len(backends)):
             for h in range(n_heads):
                 with _hooked(model, _knock_out(layer_of, layer, h)):
@@ -158,20 +168,42 @@ def profile_heads(model: Transformer, task: Task, length: int, n_samples: int, b
             distance, count = tally.distances.most_common(1)[0]
             profiles.append(HeadProfile(
                 layer, h, labels[h], tally.keys / tally.rows, tally.top_weight / tally.rows, int(distance),
-                count / tally.rows, hits[layer][h] / scored))
+                count / tally.rows, hits[layer][h] / scored, dict(roles[layer][h])))
     return right / scored, profiles
 
 
-def _measuring(tallies: list[list[HeadTally]], layer_of: dict[int, int], batch: ModelBatch) -> Any:
-    """A forward hook that adds each head's weights on ``batch``'s scored rows to its tally."""
+def _measuring(tallies: list[list[HeadTally]], layer_of: dict[int, int], batch: ModelBatch,
+               tops: dict[int, tuple[Tensor, Tensor]]) -> Any:
+    """A forward hook that adds each head's weights on ``batch``'s scored rows to its tally and
+    keeps, per layer, the most-weighted key of every head and row with the rows' positions."""
 
     def hook(module: AttentionBackend, args: tuple[Any, ...], output: Tensor) -> None:
         p, q_pos = head_weights(module, args, batch.query_positions)
         keep = torch.isin(batch.query_positions, q_pos)
         for h, tally in enumerate(tallies[layer_of[id(module)]]):
             tally.add(p[:, h], q_pos, batch.mask[:, keep])
+        tops[layer_of[id(module)]] = (p.argmax(dim=-1), q_pos)
 
     return hook
+
+
+def _count_roles(task: Task, batch: ModelBatch, right: Tensor, tops: dict[int, tuple[Tensor, Tensor]],
+                 roles: list[list[Counter[tuple[bool, str]]]]) -> None:
+    """Adds the role of each head's most-weighted key on every scored row, by whether the model's
+    answer token there is right (``right``: (B, Nq) over ``batch.query_positions``)."""
+    ids = batch.input_ids.cpu().numpy()
+    rows = batch.query_positions.tolist()
+    for layer, (top, q_pos) in tops.items():
+        for r, row in enumerate(q_pos.tolist()):
+            column = rows.index(row)
+            for b in range(ids.shape[0]):
+                if not bool(batch.mask[b, column]):
+                    continue
+                for h in range(top.shape[1]):
+                    role = task.key_role(ids[b], row, int(top[b, h, r]))
+                    if role is None:
+                        return
+                    roles[layer][h][(bool(right[b, column]), role)] += 1
 
 
 def _knock_out(layer_of: dict[int, int], layer: int, head: int) -> Any:

@@ -170,6 +170,12 @@ class Task(ABC):
         self, rng: np.random.Generator, n: int, length: int, split: str
     ) -> TaskBatch: ...
 
+    def key_role(self, ids: np.ndarray, row: int, key: int) -> str | None:
+        """What position ``key`` of the sequence ``ids`` is to the answer token predicted at the
+        scored position ``row`` ("matching pair", "filler", …), so that `lengthgen heads` can say
+        where a head looks when an answer goes wrong; None where the task names no roles."""
+        return None
+
     # -- helpers shared by tasks ---------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         """Parameters, defaults, vocabulary: what ``lengthgen tasks --describe`` prints."""

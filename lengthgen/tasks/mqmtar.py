@@ -90,6 +90,34 @@ class Mqmtar(Task):
     def filler(self) -> int:
         return 4 + 2 * self.config.alphabet
 
+    def key_role(self, ids: np.ndarray, row: int, key: int) -> str | None:
+        """The queried key's own pair, a pair that shares some of its key tokens (the near misses
+        that multiply with length), another pair, filler, or the start, separator and queries."""
+        c = self.config
+        length = len(ids) - 3 - c.n_queries * self.block
+        if key == 0 or key > length:
+            return "start, separator or queries"
+        if ids[key] == self.filler:
+            return "filler"
+        start = self._block_start(ids, key)
+        query = length + 2 + (row - length - 2) // self.block * self.block
+        shared = [i + 1 for i in range(c.key_len) if ids[start + i] == ids[query + i]]
+        if len(shared) == c.key_len:
+            return "matching pair"
+        if shared:
+            return f"pair sharing key token {', '.join(map(str, shared))}"
+        return "other pair"
+
+    def _block_start(self, ids: np.ndarray, position: int) -> int:
+        """The first key token of the context block holding ``position``: keys and values use
+        separate symbols and every block is its key tokens then its value tokens."""
+        is_value = ids[position] >= self.value_offset
+        lo = self.value_offset if is_value else self.key_offset
+        first = position
+        while ids[first - 1] >= lo and ids[first - 1] < lo + self.config.alphabet:
+            first -= 1
+        return first - self.config.key_len if is_value else first
+
     def n_pairs(self, length: int) -> int:
         """Number of pairs in a context of ``length`` tokens (grows with length, capped by the keys)."""
         c = self.config
