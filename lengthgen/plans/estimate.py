@@ -5,7 +5,7 @@ A missing run is estimated from recorded runs of the same task and backend: seco
 step at the same model size, batch, task parameters and training length, and seconds per test
 sample at each evaluation length it will be tested at. Where nothing comparable was recorded,
 fewer keys must match (the same task and backend at any size, then the task alone), and the
-recorded seconds are scaled by the arithmetic of the two shapes (`_work`: tokens times the
+recorded seconds are scaled by the arithmetic of the two shapes (`_work_of`: tokens times the
 multiply-adds per token of the model's matrices and attention); where nothing matches, the
 estimate is unknown and says so. A scaled estimate is rough: small matrices run less efficiently
 on a CPU, so it tends to overestimate a larger model (width 128 to 256 on copy: 3.9x predicted,
@@ -51,12 +51,12 @@ class Timings:
             if pd.notna(run["train_seconds"]) and pd.notna(run["steps"]) and run["steps"] > 0:
                 length = int(run["train_length"])
                 per = float(run["train_seconds"]) / float(run["steps"])
-                _add(steps, run, length, per, _step_work(run["config_json"], length))
+                _add(steps, run, length, per, _recorded_work(run["config_json"], length, per_step=True))
         for _, row in frame.iterrows():
             if pd.notna(row["eval_seconds"]) and pd.notna(row["n_samples"]) and row["n_samples"] > 0:
                 length = int(row["eval_length"])
                 per = float(row["eval_seconds"]) / float(row["n_samples"])
-                _add(samples, row, length, per, _sample_work(row["config_json"], length))
+                _add(samples, row, length, per, _recorded_work(row["config_json"], length, per_step=False))
         return cls(steps, samples)
 
     @classmethod
@@ -118,16 +118,15 @@ def _lookup(table: Table, task: str, attn: str, arch: str, length: int, work: fl
     keys = [k for k in _keys(task, attn, arch) if k in table]
     for key in keys:
         if length in table[key]:
-            return _median(table[key][length], work, same=key[2] == arch)
+            return _median(table[key][length], work)
     for key in keys:
         nearest = min(table[key], key=lambda recorded: (abs(math.log(recorded / length)), recorded))
-        return _median(table[key][nearest], work, same=False)
+        return _median(table[key][nearest], work)
     return None
 
 
-def _median(entries: list[tuple[float, float]], work: float, same: bool) -> float:
-    if same:
-        return statistics.median(seconds for seconds, _ in entries)
+def _median(entries: list[tuple[float, float]], work: float) -> float:
+    """Of the recorded seconds, each scaled to ``work`` (a factor of exactly 1 for the same shape)."""
     return statistics.median(seconds * work / recorded for seconds, recorded in entries)
 
 
@@ -139,17 +138,12 @@ def _work_of(config: dict[str, Any], length: int) -> float:
     return float(length) * layers * (4 * d * d + 2 * d * d_ff + 2 * d * length)
 
 
-def _step_work(config_json: str, length: int) -> float | None:
+def _recorded_work(config_json: str, length: int, per_step: bool) -> float | None:
+    """The work of a recorded sequence (a whole training step: times the batch); None when the
+    recorded config cannot be read."""
     try:
         config = json.loads(config_json)
-        return _work_of(config, length) * int(config["train"]["batch_size"])
-    except (TypeError, ValueError, KeyError):
-        return None
-
-
-def _sample_work(config_json: str, length: int) -> float | None:
-    try:
-        return _work_of(json.loads(config_json), length)
+        return _work_of(config, length) * (int(config["train"]["batch_size"]) if per_step else 1)
     except (TypeError, ValueError, KeyError):
         return None
 
