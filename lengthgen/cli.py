@@ -285,6 +285,8 @@ def run_command(
 def eval_command(
     path: str = typer.Argument(..., help="A run folder (with model.pt and config.json) or a sweep folder."),
     max_factor: int | None = typer.Option(None, "--max-factor", help="Evaluate up to L·this (power of 2)."),
+    min_factor: int | None = typer.Option(None, "--min-factor",
+                                          help="Evaluate from L·this on (power of 2; default 1)."),
     eval_samples: int | None = typer.Option(None, "--eval-samples", help="Samples per length (the most)."),
     param: list[str] = typer.Option(None, "--param",
                                     help="Evaluate on a task variant: task parameter key=value."),
@@ -309,7 +311,7 @@ def eval_command(
     options = parse_assignments(attn_option, "--attn-option")
     with trusted_plugins([attn], everything=trust_plugins):
         plans = plan_runs(input_path(path, "PATH"), max_factor=max_factor, eval_samples=eval_samples,
-                          task_params=params, attn=attn, attn_options=options)
+                          task_params=params, attn=attn, attn_options=options, min_factor=min_factor)
         _check_run_environment(device, log)
         failed = 0
         try:
@@ -331,7 +333,7 @@ def _evaluate_one(plan: Any, redo: bool, device: Device, log: Log | None, quiet:
     todo = plan.factors if redo else plan.missing_factors
     label = f" [{plan.variant}]" if plan.variant else ""
     typer.echo(f"eval {plan.run.run_id}{label}: {len(todo)} of {len(plan.factors)} lengths to evaluate "
-               f"(up to {plan.config.eval.max_factor}x)", err=True)
+               f"({plan.factors[0]}x to {plan.config.eval.max_factor}x)", err=True)
     outcome = run_evaluation(plan, todo, device_name=device, progress=not quiet,
                              log=log)
     if not outcome.rows.empty:

@@ -148,6 +148,7 @@ def evaluate(
     path: str | os.PathLike[str],
     *,
     max_factor: int | None = None,
+    min_factor: int | None = None,
     eval_samples: int | None = None,
     task_params: Mapping[str, Any] | None = None,
     attn: str | None = None,
@@ -174,7 +175,7 @@ def evaluate(
     with trusted_plugins([attn], everything=trust_plugins):
         plans = plan_runs(input_path(path, "path"), max_factor=max_factor, eval_samples=eval_samples,
                           task_params=_mapping(task_params, "task_params"), attn=attn,
-                          attn_options=_mapping(attn_options, "attn_options"))
+                          attn_options=_mapping(attn_options, "attn_options"), min_factor=min_factor)
         _device(device)
         check_tracker(log)
         frames = []

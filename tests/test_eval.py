@@ -102,6 +102,21 @@ def test_a_sweep_folder_is_extended_run_by_run(tmp_path: Path) -> None:
     assert "0 ok, 0 failed this time; 2 already recorded" in resumed.output
 
 
+def test_a_variant_that_needs_length_is_evaluated_from_min_factor(tmp_path: Path) -> None:
+    """MQMTAR's planted near misses need pairs: 1 per query needs 8, which first fit at 4x here."""
+    config = build_run_config("mqmtar", "softmax", overrides={**TINY, "train.train_length": 16,
+                                                             "eval.max_factor": 8})
+    run_dir = tmp_path / execute(config, tmp_path, progress=False)["run_id"].iloc[0]
+    short = evaluate(str(run_dir), "--param", "near_misses=1")
+    assert short.exit_code == 1 and "near_misses=1 needs 8 pairs" in short.stderr, short.output
+    result = evaluate(str(run_dir), "--param", "near_misses=1", "--min-factor", "4")
+    assert result.exit_code == 0, result.output
+    assert "2 of 2 lengths to evaluate (4x to 8x)" in result.stderr
+    rows = pd.read_parquet(run_dir / "results.parquet")
+    assert list(zip(rows["eval_variant"], rows["factor"], strict=True)) == [
+        ("", 1), ("", 2), ("", 4), ("", 8), ("near_misses=1", 4), ("near_misses=1", 8)]
+
+
 def test_merge_replaces_rows_of_the_same_run_length_and_variant() -> None:
     def rows(*cells: tuple[int, str, float]) -> pd.DataFrame:
         return rows_to_frame([{"run_id": "r", "factor": f, "eval_length": 4 * f, "eval_variant": v,
@@ -124,6 +139,8 @@ def test_merge_replaces_rows_of_the_same_run_length_and_variant() -> None:
         ("run", ["--max-factor", "6"], "power of two"),
         ("run", ["--param", "vocab_size=8"], "changes the task's vocabulary"),
         ("run", ["--param", "bogus=1"], "invalid parameters of task 'copy'"),
+        ("run", ["--min-factor", "3"], "--min-factor must be a power of two"),
+        ("run", ["--min-factor", "2"], "from 1 to the largest factor (1)"),
     ],
 )
 def test_eval_refuses(tmp_path: Path, make: str, args: list[str], expected: str) -> None:

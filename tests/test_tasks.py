@@ -468,6 +468,46 @@ def test_mqmtar_names_each_positions_role_for_an_answer(params: dict[str, Any], 
     assert any(role.startswith("pair sharing key token") for role in seen)
 
 
+@pytest.mark.parametrize(("params", "length", "token"), [
+    ({"alphabet": 256, "pair_fraction": 8 / 15, "near_misses": 8}, 512, 2),  # 256x's count, at 8x
+    ({"alphabet": 256, "pair_fraction": 8 / 15, "near_misses": 16, "near_miss_token": 1}, 512, 1),
+    ({"alphabet": 4, "key_len": 3, "n_queries": 2, "near_misses": 3, "near_miss_token": 2}, 128, 2),
+    ({"alphabet": 3, "n_queries": 1, "near_misses": 2}, 24, 2),  # both candidates, every time
+])
+def test_mqmtar_plants_near_misses(params: dict[str, Any], length: int, token: int) -> None:
+    """Every queried key has at least ``near_misses`` other keys equal to it at ``token`` only,
+    counted from the samples' pairs; the samples stay valid MQMTAR samples."""
+    task = get_task("mqmtar", **params)
+    batch = task.sample(16, length, seed=5, split="eval")
+    check_batch(task, 16, length, seed=5, split="eval")
+    for source in batch.source:
+        keys = [key for key, _ in source["pairs"]]
+        for query in source["queries"]:
+            pattern = [i == token - 1 for i in range(len(query))]
+            only = [key for key in keys if [a == b for a, b in zip(key, query, strict=True)] == pattern]
+            assert len(only) >= params["near_misses"]
+
+
+def test_mqmtar_near_misses_leave_other_parameters_data_alone() -> None:
+    """0 near misses is the task as drawn: the same bytes as without the parameter."""
+    plain = get_task("mqmtar").sample(3, 300, seed=11, split="eval")
+    zero = get_task("mqmtar", near_misses=0, near_miss_token=1).sample(3, 300, seed=11, split="eval")
+    assert np.array_equal(plain.input_ids, zero.input_ids)
+
+
+@pytest.mark.parametrize(("params", "length", "expected"), [
+    ({"near_misses": 1, "key_len": 1}, 64, "key_len >= 2"),
+    ({"near_misses": 1, "near_miss_token": 3}, 64, "near_miss_token <= key_len"),
+    ({"near_misses": 2, "alphabet": 3, "n_queries": 2}, 64, "allow 2"),
+    ({"near_misses": 4}, 64, "needs 20 pairs"),
+    # all 9 keys present: the two candidates are taken by pairs that stay, so none can be planted
+    ({"near_misses": 2, "alphabet": 3, "n_queries": 1, "pair_fraction": 1.0}, 36, "could not plant"),
+])
+def test_mqmtar_near_misses_refused(params: dict[str, Any], length: int, expected: str) -> None:
+    with pytest.raises(ValueError, match=expected):
+        get_task("mqmtar", **params).sample(2, length, seed=0)
+
+
 def test_tasks_without_roles_name_none() -> None:
     task = get_task("copy")
     batch = task.sample(1, 8, split="eval")

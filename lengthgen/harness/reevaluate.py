@@ -169,9 +169,13 @@ class EvalPlan:
 @reading_data()  # backend and task names come from the run's config: data
 def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_samples: int | None = None,
                     task_params: Mapping[str, Any] | None = None, attn: str | None = None,
-                    attn_options: Mapping[str, Any] | None = None) -> EvalPlan:
+                    attn_options: Mapping[str, Any] | None = None,
+                    min_factor: int | None = None) -> EvalPlan:
     """What evaluating ``run`` with these settings means, checked before any model is evaluated:
     the settings, and that the saved weights fit the model (names and shapes).
+
+    ``min_factor`` leaves out the shorter lengths: a task variant that only exists from some
+    length on (MQMTAR's planted near misses need pairs), or only the long lengths of a run.
 
     ``attn`` / ``attn_options`` evaluate the same weights with another normalizer or other
     backend options (an ablation, e.g. adaptive temperature without its inference-time
@@ -198,7 +202,10 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
                     if config.attn != base.attn or base.attn_options.get(k) != v})
     variant = variant_label(changed)
     _fitting_state(run, config, Transformer(config.model(evaluated.vocab.size), seed=config.seed))
-    factors = config.eval.factors()
+    factors = [f for f in config.eval.factors() if f >= (min_factor or 1)]
+    if min_factor is not None and (min_factor < 1 or min_factor & (min_factor - 1) or not factors):
+        raise UserError(f"--min-factor must be a power of two from 1 to the largest factor "
+                        f"({config.eval.max_factor}), got {min_factor}")
     done = _evaluated_factors(run, variant)
     return EvalPlan(run, config, variant, factors, [f for f in factors if f not in done])
 

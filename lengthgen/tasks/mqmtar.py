@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from lengthgen.tasks import register_task
-from lengthgen.tasks.base import BOS, EOS, SEP, Task, TaskBatch, TaskConfig, Vocab, gc_paused
+from lengthgen.tasks.base import BOS, EOS, SEP, Task, TaskBatch, TaskConfig, TaskInputError, Vocab, gc_paused
 
 #: Key ids must fit comfortably in int64.
 MAX_KEY_SPACE = 1 << 62
@@ -31,6 +31,12 @@ class MqmtarConfig(TaskConfig):
     pair_fraction: float = Field(
         0.5, gt=0.0, le=1.0, description="fraction of the context occupied by key-value pairs"
     )
+    near_misses: int = Field(
+        0, ge=0, le=4096,
+        description="per queried key, at least this many other pairs whose key shares only its "
+        "token at near_miss_token (a stress variant for evaluation; 0: keys as drawn)",
+    )
+    near_miss_token: int = Field(2, ge=1, le=16, description="the key token near misses share (1-based)")
 
     @model_validator(mode="after")
     def _enough_keys(self) -> MqmtarConfig:
@@ -42,6 +48,14 @@ class MqmtarConfig(TaskConfig):
                 f"n_queries {self.n_queries} needs that many distinct keys, "
                 f"but alphabet**key_len is only {space}"
             )
+        if self.near_misses:
+            if not 2 <= self.key_len or self.near_miss_token > self.key_len:
+                raise ValueError(f"near misses share one key token of several: need key_len >= 2 and "
+                                 f"near_miss_token <= key_len, got {self.key_len} and {self.near_miss_token}")
+            if (self.alphabet - 1) ** (self.key_len - 1) < self.n_queries * self.near_misses:
+                raise ValueError(f"{self.near_misses} near misses for each of {self.n_queries} queries need "
+                                 f"that many keys sharing one token, but alphabet {self.alphabet} and "
+                                 f"key_len {self.key_len} allow {(self.alphabet - 1) ** (self.key_len - 1)}")
         return self
 
 
@@ -52,7 +66,10 @@ class Mqmtar(Task):
     Context = P pair blocks (key tokens ``k*`` then value tokens ``v*``) and filler ``.`` in a
     uniformly random arrangement, with P = min(max(n_queries, floor(pair_fraction * L / (K + V))),
     alphabet**key_len). Keys are distinct within a sample; values are arbitrary; the queries are
-    n_queries distinct keys among the present pairs, in random order.
+    n_queries distinct keys among the present pairs, in random order. With ``near_misses`` = m > 0,
+    m randomly chosen other pairs per query get a key equal to the query's at ``near_miss_token``
+    and different at every other position: the confusions a long context brings by chance (about
+    P / alphabet per query and token), planted at a short length to test them apart from length.
     """
 
     name = "mqmtar"
@@ -141,6 +158,44 @@ class Mqmtar(Task):
             where = order[rows, cols]
             keys[rows, where] = rng.integers(0, space, size=rows.size, dtype=np.int64)
 
+    def _plant_near_misses(self, rng: np.random.Generator, keys: np.ndarray, asked: np.ndarray) -> np.ndarray:
+        """``keys`` (n, P, K) with ``near_misses`` other pairs per query rewritten to share only the
+        query's token at ``near_miss_token``; redrawn until the keys of each sample are distinct."""
+        c = self.config
+        n, pairs, _ = keys.shape
+        m, q = c.near_misses, c.n_queries
+        if pairs < q * (m + 1):
+            raise TaskInputError(f"near_misses={m} needs {q * (m + 1)} pairs, but a context of this "
+                                 f"length holds {pairs}: evaluate at a longer length or plant fewer")
+        rows = np.arange(n)[:, None]
+        draw = rng.random((n, pairs))
+        draw[rows, asked] = 2.0  # queried pairs sort last and are never rewritten
+        hosts = np.argsort(draw, axis=1, kind="stable")[:, : q * m].reshape(n, q, m)
+        queried = np.repeat(keys[rows, asked][:, :, None, :], m, axis=2)  # (n, Q, m, K)
+        free = np.arange(c.key_len) != c.near_miss_token - 1
+        powers = c.alphabet ** np.arange(c.key_len - 1, -1, -1, dtype=np.int64)
+        keys = keys.copy()
+        redo = np.ones((n, q, m), dtype=bool)
+        for _ in range(1000):
+            where = np.nonzero(redo)
+            base = queried[where]
+            other = rng.integers(0, c.alphabet - 1, size=base.shape, dtype=np.int64)
+            keys[where[0], hosts[where]] = np.where(free, other + (other >= base), base)
+            ids = keys @ powers
+            order = np.argsort(ids, axis=1, kind="stable")
+            ranked = np.take_along_axis(ids, order, axis=1)
+            same = ranked[:, 1:] == ranked[:, :-1]
+            repeated = np.zeros(ids.shape, dtype=bool)
+            repeated[:, 1:] |= same
+            repeated[:, :-1] |= same
+            clash = np.zeros(ids.shape, dtype=bool)
+            clash[rows, order] = repeated
+            redo = clash[rows[:, :, None], hosts]
+            if not redo.any():
+                return keys
+        raise TaskInputError(f"could not plant {m} near misses per query with distinct keys: too few keys "
+                             f"share one token with a query at this alphabet and number of pairs")
+
     def _generate(self, rng: np.random.Generator, n: int, length: int, split: str) -> TaskBatch:
         c = self.config
         k, v, q, block = c.key_len, c.value_len, c.n_queries, self.block
@@ -162,13 +217,15 @@ class Mqmtar(Task):
         start = np.cumsum(width, axis=1) - width
         block_start = start[is_block].reshape(n, pairs)  # ascending: blocks in context order
 
+        asked = _random_ordered_subset(rng, n, pairs, q)  # (n, Q) indices of queried pairs
+        if c.near_misses:
+            keys = self._plant_near_misses(rng, keys, asked)
+
         context = np.full((n, length), self.filler, dtype=np.int64)
         span = block_start[:, :, None] + np.arange(block)
         context[rows[:, :, None], span] = np.concatenate(
             [keys + self.key_offset, values + self.value_offset], axis=2
         )
-
-        asked = _random_ordered_subset(rng, n, pairs, q)  # (n, Q) indices of queried pairs
         q_keys = keys[rows, asked]  # (n, Q, K)
         q_values = values[rows, asked]  # (n, Q, V)
 
