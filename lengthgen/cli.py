@@ -616,19 +616,23 @@ def positions_command(
     factor: int = typer.Option(2, "--factor", help="Test at the training length times this."),
     samples: int = typer.Option(64, "--samples", help="Test samples (the evaluation's test set)."),
     bins: int = typer.Option(8, "--bins", help="Ranges of answer positions to report."),
+    param: list[str] = typer.Option(None, "--param", help="Test on a task variant: task parameter key=value"),
     device: Device = typer.Option("auto", "--device"),
     trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
 ) -> None:
     """Accuracy by answer position at one length: does a model fail everywhere, or only past the
     positions training reached?"""
+    from lengthgen.config import parse_assignments
     from lengthgen.harness.positions import profile_run
     from lengthgen.registry import trusted_plugins
 
     if bins < 1:
         raise UserError(f"--bins must be at least 1, got {bins}")
+    params = parse_assignments(param, "--param")
     with trusted_plugins(everything=trust_plugins):
-        profile = profile_run(input_path(path, "PATH"), factor, samples, device)
-    typer.echo(f"{profile.run_id} at {profile.factor}x (length {profile.length}, {samples} test samples); "
+        profile = profile_run(input_path(path, "PATH"), factor, samples, device, params)
+    typer.echo(f"{profile.run_id}{_variant_mark(params)} at {profile.factor}x (length {profile.length}, "
+               f"{samples} test samples); "
                f"training scored answer positions 1-{profile.trained_positions}")
     typer.echo(f"{'answer positions':>18} {'accuracy':>9}")
     for first, last, accuracy in profile.accuracy.bins(bins):
@@ -642,17 +646,21 @@ def heads_command(
     path: str = typer.Argument(..., help="A run folder (with model.pt and config.json)."),
     factor: int = typer.Option(2, "--factor", help="Test at the training length times this."),
     samples: int = typer.Option(32, "--samples", help="Test samples (the evaluation's test set)."),
+    param: list[str] = typer.Option(None, "--param", help="Test on a task variant: task parameter key=value"),
     device: Device = typer.Option("auto", "--device"),
     trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
 ) -> None:
     """Per attention head at one length: how concentrated it is, where it looks, and the token
     accuracy without it. Compare --factor 1 with a longer one to see which circuit breaks."""
+    from lengthgen.config import parse_assignments
     from lengthgen.harness.heads import MASS, profile_run
     from lengthgen.registry import trusted_plugins
 
+    params = parse_assignments(param, "--param")
     with trusted_plugins(everything=trust_plugins):
-        report = profile_run(input_path(path, "PATH"), factor, samples, device)
-    typer.echo(f"{report.run_id} at {report.factor}x (length {report.length}, {report.n_samples} test "
+        report = profile_run(input_path(path, "PATH"), factor, samples, device, params)
+    typer.echo(f"{report.run_id}{_variant_mark(params)} at {report.factor}x (length {report.length}, "
+               f"{report.n_samples} test "
                f"samples): token accuracy {100 * report.accuracy:.1f}%")
     typer.echo(f"{'layer':>5} {'head':>4} {'position':>10} {f'keys for {MASS:.0%}':>13} {'top weight':>10} "
                f"{'top key distance':>22} {'accuracy without':>16}")
@@ -665,6 +673,13 @@ def heads_command(
         for h in report.heads:
             typer.echo(f"{h.layer:>5} {h.head:>4} {h.position:>10}  right: {_role_shares(h.roles, True)}"
                        f" | wrong: {_role_shares(h.roles, False)}")
+
+
+def _variant_mark(params: dict[str, Any]) -> str:
+    """' [near_misses=8]' after a run id when a command tests a task variant, as ``eval`` labels it."""
+    from lengthgen.harness.reevaluate import variant_label
+
+    return f" [{variant_label(params)}]" if params else ""
 
 
 def _role_shares(roles: dict[tuple[bool, str], int], right: bool) -> str:

@@ -142,3 +142,25 @@ def test_roles_of_the_top_key_cover_every_scored_token_once_per_head(tmp_path: P
     assert lines[2 + n_heads].startswith("what each head's most-weighted key is")
     assert all(" right: " in line and " | wrong: " in line for line in lines[3 + n_heads:])
     assert len(lines) == 3 + 2 * n_heads
+
+
+def test_a_task_variant_is_profiled_and_named(tmp_path: Path) -> None:
+    """``--param`` profiles the same weights on a task variant (MQMTAR's planted near misses), says
+    so in the header, and refuses a variant with another vocabulary, as ``lengthgen eval`` does."""
+    from lengthgen.harness.reevaluate import open_trained
+
+    torch.set_num_threads(1)
+    frame = execute(tiny_config("mqmtar", **{"train.train_length": 16}), tmp_path, progress=False)
+    run_dir = tmp_path / frame["run_id"].iloc[0]
+    trained = open_trained(run_dir, 4, 2, "cpu", {"near_misses": 1})
+    assert trained.task.config.near_misses == 1 and trained.length == 64
+    result = runner.invoke(app, ["heads", str(run_dir), "--factor", "4", "--samples", "3",
+                                 "--param", "near_misses=1"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"{run_dir.name} [near_misses=1] at 4x (length 64, 3 test samples)")
+    refused = runner.invoke(app, ["heads", str(run_dir), "--param", "alphabet=8"])
+    assert refused.exit_code == 2 and "changes the task's vocabulary" in refused.output, refused.output
+    positions = runner.invoke(app, ["positions", str(run_dir), "--factor", "4", "--samples", "3",
+                                    "--param", "near_misses=1"])
+    assert positions.exit_code == 0, positions.output
+    assert positions.output.startswith(f"{run_dir.name} [near_misses=1] at 4x")

@@ -25,7 +25,7 @@ head's output).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,9 +227,10 @@ def _batch_tokens(task: Task, length: int, model: Transformer) -> int:
     return max(1, WEIGHT_BUDGET // per_sample) * tokens
 
 
-def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto") -> HeadsReport:
+def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto",
+                task_params: Mapping[str, Any] | None = None) -> HeadsReport:
     """Load the trained run in ``run_dir`` and profile its heads at L·``factor``."""
-    trained = open_trained(run_dir, factor, n_samples, device_name)
+    trained = open_trained(run_dir, factor, n_samples, device_name, task_params)
     batch_tokens = _batch_tokens(trained.task, trained.length, trained.model)
     accuracy, heads = profile_heads(trained.model, trained.task, trained.length, n_samples, batch_tokens,
                                     trained.device)

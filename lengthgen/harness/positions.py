@@ -9,8 +9,10 @@ are the evaluation's own (the same test set, one teacher-forced pass, ``harness/
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,6 +20,7 @@ import torch
 from lengthgen.harness.evaluate import TEST_SEED, test_batches
 from lengthgen.harness.reevaluate import open_trained
 from lengthgen.model import Transformer
+from lengthgen.tasks import get_task
 from lengthgen.tasks.base import Task
 
 
@@ -73,11 +76,14 @@ class RunProfile:
     accuracy: PositionAccuracy
 
 
-def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto") -> RunProfile:
+def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto",
+                task_params: Mapping[str, Any] | None = None) -> RunProfile:
     """Load the trained run in ``run_dir`` and score its answers position by position at L·``factor``."""
-    trained = open_trained(run_dir, factor, n_samples, device_name)
+    trained = open_trained(run_dir, factor, n_samples, device_name, task_params)
     config, task = trained.run.config, trained.task
-    last = int(task.sample(1, config.train.train_length, seed=TEST_SEED, split="eval").loss_mask.sum())
+    trained_task = get_task(config.task, **config.task_params)  # what training scored, not the variant
+    training_sample = trained_task.sample(1, config.train.train_length, seed=TEST_SEED, split="eval")
+    last = int(training_sample.loss_mask.sum())
     accuracy = accuracy_by_position(trained.model, task, trained.length, n_samples, config.eval.batch_tokens,
                                     trained.device)
     return RunProfile(trained.run.run_id, trained.length, factor, last, accuracy)

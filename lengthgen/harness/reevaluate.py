@@ -189,11 +189,7 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
     options.update(attn_options or {})
     config = build_run_config(base.task, eval_attn, pos=base.pos, preset=base.preset, seed=base.seed,
                               task_params=params, attn_options=options, overrides=overrides, start=base)
-    trained, evaluated = get_task(base.task, **base.task_params), get_task(base.task, **params)
-    if evaluated.vocab.tokens != trained.vocab.tokens:
-        raise UserError(f"--param {variant_label(task_params or {})} changes the task's vocabulary "
-                        f"({trained.vocab.size} → {evaluated.vocab.size} tokens); the saved model cannot "
-                        "read it")
+    trained, evaluated = get_task(base.task, **base.task_params), variant_task(base, task_params)
     before, after = trained.config.model_dump(mode="json"), evaluated.config.model_dump(mode="json")
     changed = {k: v for k, v in after.items() if before.get(k) != v}
     if config.attn != base.attn:
@@ -208,6 +204,18 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
                         f"({config.eval.max_factor}), got {min_factor}")
     done = _evaluated_factors(run, variant)
     return EvalPlan(run, config, variant, factors, [f for f in factors if f not in done])
+
+
+def variant_task(config: RunConfig, task_params: Mapping[str, Any] | None) -> Task:
+    """The run's task with ``task_params`` set on top of its own; a change of vocabulary is refused:
+    the saved model could not read it."""
+    trained = get_task(config.task, **config.task_params)
+    evaluated = get_task(config.task, **{**config.task_params, **(task_params or {})})
+    if evaluated.vocab.tokens != trained.vocab.tokens:
+        raise UserError(f"--param {variant_label(task_params or {})} changes the task's vocabulary "
+                        f"({trained.vocab.size} → {evaluated.vocab.size} tokens); the saved model cannot "
+                        "read it")
+    return evaluated
 
 
 def _existing_rows(path: Path | None) -> pd.DataFrame | None:
@@ -261,9 +269,10 @@ class TrainedModel:
     device: torch.device
 
 
-def open_trained(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto") -> TrainedModel:
-    """The trained run in ``run_dir`` with its task and the length L·``factor``, after checking the
-    arguments (one-line ``UserError``)."""
+def open_trained(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto",
+                 task_params: Mapping[str, Any] | None = None) -> TrainedModel:
+    """The trained run in ``run_dir`` with its task (or the variant ``task_params`` make of it) and
+    the length L·``factor``, after checking the arguments (one-line ``UserError``)."""
     if factor < 1 or n_samples < 1:
         raise UserError(f"factor and samples must be at least 1 (got factor {factor}, samples {n_samples})")
     if not (run_dir / "config.json").is_file():
@@ -273,7 +282,7 @@ def open_trained(run_dir: Path, factor: int, n_samples: int, device_name: str = 
     length = run.config.train.train_length * factor
     check_sample_size(n_samples, length)
     device = resolve_device(device_name)
-    task = get_task(run.config.task, **run.config.task_params)
+    task = variant_task(run.config, task_params)
     return TrainedModel(run, task, load_model(run, run.config, task.vocab.size, device), length, device)
 
 
