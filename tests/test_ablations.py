@@ -64,6 +64,8 @@ def test_commands_rebuild_the_grid_and_the_variants(tmp_path: Path) -> None:
     extended = ablation.rows.copy()
     extended.loc[extended["factor"] == 2, "factor"] = 4  # a length past the config's max_factor (2)
     assert any("--max-factor 4" in c for c in eval_commands(extended, "S"))
+    later = ablation.rows[ablation.rows["factor"] == 2]  # a variant evaluated from 2x on only
+    assert eval_commands(later, "S") == [f"lengthgen eval S/runs/{run_id} --min-factor 2 --attn softmax"]
 
 
 def test_leaderboard_publishes_ablations(tmp_path: Path) -> None:

@@ -190,7 +190,8 @@ def _variant_flags(variant: str) -> list[str]:
 
 def eval_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
     """``lengthgen eval`` commands for what a sweep command does not rebuild: a run's lengths beyond
-    its config's ``max_factor`` and its evaluation variants (one command per run and variant)."""
+    its config's ``max_factor`` and its evaluation variants (one command per run and variant, from
+    the variant's shortest evaluated length to its longest)."""
     commands = []
     ok = rows[rows["status"] == "ok"].dropna(subset=["factor"])
     variants = ok["eval_variant"].fillna("").astype(str) if "eval_variant" in ok else pd.Series("", ok.index)
@@ -200,7 +201,9 @@ def eval_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
         configured = int(config.get("eval", {}).get("max_factor", top)) if config else top
         if not variant and top <= configured:
             continue
+        low = int(group["factor"].min())
         flags = [f"--max-factor {top}"] if top != configured else []
+        flags += [f"--min-factor {low}"] if low > 1 else []
         target = f"{sweep_dir.rstrip('/')}/runs/{run_id}"
         commands.append(" ".join(["lengthgen eval", shlex.quote(target), *flags, *_variant_flags(variant)]))
     return commands
