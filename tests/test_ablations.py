@@ -60,12 +60,17 @@ def test_commands_rebuild_the_grid_and_the_variants(tmp_path: Path) -> None:
     (ablation,) = load_ablations(_ablation(tmp_path))
     commands = eval_commands(ablation.rows, ablation.source)
     run_id = ablation.rows[(ablation.rows["eval_variant"] == "attn=softmax")]["run_id"].iloc[0]
-    assert commands == [f"lengthgen eval {ablation.source}/runs/{run_id} --attn softmax"]
+    assert commands == [f"lengthgen eval {ablation.source}/runs/{run_id} --max-factor 2 --attn softmax"]
     extended = ablation.rows.copy()
     extended.loc[extended["factor"] == 2, "factor"] = 4  # a length past the config's max_factor (2)
     assert any("--max-factor 4" in c for c in eval_commands(extended, "S"))
     later = ablation.rows[ablation.rows["factor"] == 2]  # a variant evaluated from 2x on only
-    assert eval_commands(later, "S") == [f"lengthgen eval S/runs/{run_id} --min-factor 2 --attn softmax"]
+    assert eval_commands(later, "S") == [f"lengthgen eval S/runs/{run_id} --max-factor 2 --min-factor 2 "
+                                         "--attn softmax"]
+    # the same variant on every run of the folder: one command for the folder
+    base = ablation.rows[ablation.rows["eval_variant"] == ""]
+    everywhere = pd.concat([base, base.assign(eval_variant="near_misses=1")], ignore_index=True)
+    assert eval_commands(everywhere, "S/") == ["lengthgen eval S --max-factor 2 --param near_misses=1"]
 
 
 def test_leaderboard_publishes_ablations(tmp_path: Path) -> None:
@@ -95,3 +100,13 @@ def test_an_ablation_without_a_title_is_refused(tmp_path: Path) -> None:
                                  "--ablations", str(abl)])
     assert result.exit_code == 2 and "must start with a '# title' line" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_variant_never_tested_at_1x_does_not_say_no_seed_learned(tmp_path: Path) -> None:
+    """A variant tested from 2× on has no 1× score: its learned cell is '—', not '0/1'."""
+    (ablation,) = load_ablations(_ablation(tmp_path))
+    rows = ablation.rows[(ablation.rows["eval_variant"] == "") | (ablation.rows["factor"] == 2)]
+    table = ablation_table(rows)
+    learned = {r.cells[1].plain: r.cells[5].plain for r in table.rows
+               if r.cells[3].text.startswith(("train.lr=0.004", "eval"))}
+    assert learned == {"entmax": "2/2", "entmax [attn=softmax]": "—"}

@@ -21,7 +21,16 @@ from lengthgen.files import read_text
 from lengthgen.leaderboard.rows import load_rows
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
 from lengthgen.leaderboard.summary import summarize
-from lengthgen.leaderboard.tables import Cell, Header, Row, Table, effective_label, effective_sort, pct
+from lengthgen.leaderboard.tables import (
+    Cell,
+    Header,
+    Row,
+    Table,
+    effective_label,
+    effective_sort,
+    learned_cell,
+    pct,
+)
 
 ABOUT = "ABOUT.md"
 
@@ -87,11 +96,11 @@ def ablation_table(rows: pd.DataFrame) -> Table:
         first = group.iloc[0]
         runs = int(first["runs"])
         val = "" if is_missing(first["val_exact_id"]) else f" · val {pct(first['val_exact_id'])}"
+        by_factor = {int(r.factor): r for r in group.itertuples() if not is_missing(r.factor)}
         cells = [Cell(str(task)), Cell(str(method)), Cell(str(pos)),
                  Cell(f"{first['setting']}{val}", None, str(first["setting_detail"] or "")),
                  Cell(str(runs), float(runs)),
-                 Cell(f"{int(first['learned_seeds'])}/{runs}", int(first["learned_seeds"]) / max(1, runs))]
-        by_factor = {int(r.factor): r for r in group.itertuples() if not is_missing(r.factor)}
+                 learned_cell(int(first["learned_seeds"]), runs, by_factor.keys())]
         for f in factors:
             r = by_factor.get(f)
             if r is None:

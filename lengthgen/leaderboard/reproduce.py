@@ -190,11 +190,12 @@ def _variant_flags(variant: str) -> list[str]:
 
 def eval_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
     """``lengthgen eval`` commands for what a sweep command does not rebuild: a run's lengths beyond
-    its config's ``max_factor`` and its evaluation variants (one command per run and variant, from
-    the variant's shortest evaluated length to its longest)."""
-    commands = []
+    its config's ``max_factor`` and its evaluation variants, from the shortest evaluated length to
+    the longest. One command per run and variant, or one for the whole sweep folder when every run
+    in it was evaluated the same way."""
     ok = rows[rows["status"] == "ok"].dropna(subset=["factor"])
     variants = ok["eval_variant"].fillna("").astype(str) if "eval_variant" in ok else pd.Series("", ok.index)
+    by_flags: dict[tuple[str, ...], list[str]] = {}
     for (run_id, variant), group in ok.groupby([ok["run_id"], variants], sort=True):
         config = config_dict(group["config_json"].iloc[0])
         top = int(group["factor"].max())
@@ -202,8 +203,14 @@ def eval_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
         if not variant and top <= configured:
             continue
         low = int(group["factor"].min())
-        flags = [f"--max-factor {top}"] if top != configured else []
+        flags = [f"--max-factor {top}"] if top != configured or variant else []
         flags += [f"--min-factor {low}"] if low > 1 else []
-        target = f"{sweep_dir.rstrip('/')}/runs/{run_id}"
-        commands.append(" ".join(["lengthgen eval", shlex.quote(target), *flags, *_variant_flags(variant)]))
+        by_flags.setdefault((*flags, *_variant_flags(variant)), []).append(str(run_id))
+    every_run = sorted(set(ok["run_id"].astype(str)))
+    folder = sweep_dir.rstrip("/")
+    commands = []
+    for flags, run_ids in sorted(by_flags.items(), key=lambda item: (item[1][0], item[0])):
+        targets = [folder] if len(run_ids) > 1 and sorted(run_ids) == every_run else \
+            [f"{folder}/runs/{run_id}" for run_id in run_ids]
+        commands += [" ".join(["lengthgen eval", shlex.quote(target), *flags]) for target in targets]
     return commands

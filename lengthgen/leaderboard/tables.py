@@ -6,7 +6,7 @@ same cells, and the page sorts every table the same way.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,15 @@ def effective_label(factor: Any, capped: Any) -> str:
     if is_missing(factor) or int(factor) == 0:
         return "—"
     return f"≥ {int(factor)}×" if bool(capped) else f"{int(factor)}×"
+
+
+def learned_cell(learned: int, runs: int, tested: Collection[int], title: str = "") -> Cell:
+    """'k/n' seeds that learned; '—' for a setting tested at some factors (``tested``) but not at
+    1× (an evaluation variant from a longer length on): its seeds learned or not in the rows
+    without the variant. Runs that failed before any test did not learn."""
+    if tested and 1 not in tested:
+        return Cell("—", -1.0, "not tested at 1×: see the row without the evaluation variant")
+    return Cell(f"{learned}/{runs}", learned / runs if runs else -1.0, title)
 
 
 def effective_sort(factor: Any, capped: Any) -> float:

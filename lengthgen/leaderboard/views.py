@@ -35,6 +35,7 @@ from lengthgen.leaderboard.tables import (
     effective_label,
     effective_sort,
     factor_label,
+    learned_cell,
     pct,
 )
 from lengthgen.registry import reading_data
@@ -148,8 +149,7 @@ def _measured_row(group: pd.DataFrame, factors: list[int]) -> Row:
                      f"a seed learned when ≥ {LEARNED_THRESHOLD * 100:.0f}%")
     setting, runner = _setting_cells(first)
     cells = [_backend_cell(first), Cell(str(first["pos"])), setting, runner,
-             Cell(str(runs), float(runs)),
-             Cell(f"{learned}/{runs}", learned / runs if runs else -1.0, learned_title)]
+             Cell(str(runs), float(runs)), learned_cell(learned, runs, by_factor.keys(), learned_title)]
     for f in factors:
         r = by_factor.get(f)
         cells.append(_interval_cell(r, runs, False) if r is not None else Cell(NONE, -1.0, "not evaluated"))
