@@ -34,7 +34,7 @@ class MqmtarConfig(TaskConfig):
     near_misses: int = Field(
         0, ge=0, le=4096,
         description="per queried key, at least this many other pairs whose key shares only its "
-        "token at near_miss_token (a stress variant for evaluation; 0: keys as drawn)",
+        "token at near_miss_token (a stress variant; 0: keys as drawn)",
     )
     near_miss_token: int = Field(2, ge=1, le=16, description="the key token near misses share (1-based)")
 
