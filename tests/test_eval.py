@@ -117,6 +117,24 @@ def test_a_variant_that_needs_length_is_evaluated_from_min_factor(tmp_path: Path
         ("", 1), ("", 2), ("", 4), ("", 8), ("near_misses=1", 4), ("near_misses=1", 8)]
 
 
+def test_a_run_whose_sweep_stopped_before_its_data_file_is_not_evaluated_again(tmp_path: Path) -> None:
+    """A sweep stopped during a run's evaluation leaves rows in the run's results but no data file:
+    the lengths already there are not evaluated again."""
+    sweep = tmp_path / "sweep"
+    made = runner.invoke(app, ["sweep", "--task", "max_retrieval", "--attn", "softmax", "--steps", "20",
+                               "--max-factor", "2", "--train-length", "6", "--eval-samples", "8", "--quiet",
+                               "--set", "train.batch_size=16", "--set", "arch.d_model=32",
+                               "--set", "arch.d_ff=64", "--out", str(sweep)])
+    assert made.exit_code == 0, made.output
+    (data,) = (sweep / "data").glob("*.parquet")
+    data.unlink()
+    result = evaluate(str(sweep), "--max-factor", "4")
+    assert result.exit_code == 0, result.output
+    assert "1 of 3 lengths to evaluate" in result.stderr
+    rows = pd.read_parquet(sweep / "runs" / data.stem / "results.parquet")
+    assert list(rows["factor"]) == [1, 2, 4] and not data.exists()
+
+
 def test_merge_replaces_rows_of_the_same_run_length_and_variant() -> None:
     def rows(*cells: tuple[int, str, float]) -> pd.DataFrame:
         return rows_to_frame([{"run_id": "r", "factor": f, "eval_length": 4 * f, "eval_variant": v,

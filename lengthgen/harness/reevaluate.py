@@ -230,10 +230,12 @@ def _quiet_rows(path: Path | None) -> pd.DataFrame | None:
 
 
 def _evaluated_factors(run: SavedRun, variant: str) -> set[int]:
-    """Factors with an ok row for ``variant`` in the run's results and (in a sweep) its data file."""
+    """Factors with an ok row for ``variant`` in the run's results and (in a sweep) its data file,
+    when that file exists: a sweep stopped during the run's evaluation leaves none, and ``_save``
+    writes none either, so evaluating the recorded lengths again would only repeat them."""
     found: set[int] | None = None
     for path in (run.run_dir / "results.parquet", run.data_file):
-        if path is None:
+        if path is None or not path.is_file():
             continue
         rows = _existing_rows(path)
         ok = set() if rows is None else {
