@@ -73,3 +73,20 @@ def test_no_comparable_run_is_unknown() -> None:
     assert timings.train_seconds(other_task) is None
     assert missing_run_lines([other_task], "/nonexistent", timings)[-1].endswith(
         "+ 1 without a comparable recorded run")
+
+
+def test_runs_of_todays_numerics_come_before_older_ones_at_any_length() -> None:
+    """An older run at the very length is passed over for a run of today's numerics at another
+    length (scaled); the older one is used only where nothing of today's matches."""
+    from lengthgen.provenance import NUMERICS_VERSION
+
+    old = [{**row, "numerics_version": float("nan")} for row in recorded(config(seed=0), 100.0, {2: 1.0})]
+    new = [{**row, "numerics_version": NUMERICS_VERSION} for row in recorded(config(seed=1), 900.0, {1: 8.0})]
+    timings = Timings.from_rows(pd.DataFrame(old + new))
+    target = config(seed=2)
+    assert timings.train_seconds(target) == pytest.approx(900.0)
+    scaled = 8.0 * multiply_adds(32, 64, 16) / multiply_adds(32, 64, 8)  # from 1x to 2x, not the old 1.0
+    assert timings.eval_seconds(target, [2]) == pytest.approx(scaled)
+    only_old = Timings.from_rows(pd.DataFrame(old))
+    assert only_old.eval_seconds(target, [2]) == pytest.approx(1.0)
+    assert only_old.train_seconds(target) == pytest.approx(100.0)

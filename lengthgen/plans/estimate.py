@@ -9,7 +9,13 @@ recorded seconds are scaled by the arithmetic of the two shapes (`_work_of`: tok
 multiply-adds per token of the model's matrices and attention); where nothing matches, the
 estimate is unknown and says so. A scaled estimate is rough: small matrices run less efficiently
 on a CPU, so it tends to overestimate a larger model (width 128 to 256 on copy: 3.9x predicted,
-2.3-2.6x measured).
+2.3-2.6x measured) and a much longer sequence (MQMTAR from 8x to 1024x: 2.6x too high).
+
+Runs recorded by code that computes as today's does (the rows' ``numerics_version``) come first:
+only where none of them matches at any length are older runs used. Older code ran at another
+speed: MQMTAR at 1024x took 12-31 s per test sample in rows older than the numerics version
+(two threads), 82 s under version 2 with one thread; one median over both hid a 3-6x
+underestimate.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from lengthgen.config import RunConfig
+from lengthgen.provenance import NUMERICS_VERSION
 
 #: (task, backend, shape) -> length -> [(seconds, work)]: the work lets another shape scale them.
 Table = dict[tuple[str, str, str], dict[int, list[tuple[float, float]]]]
@@ -34,19 +41,20 @@ Table = dict[tuple[str, str, str], dict[int, list[tuple[float, float]]]]
 @dataclass(frozen=True)
 class Timings:
     """Per-step training and per-sample evaluation seconds of recorded runs, by (task, backend,
-    model size) and length."""
+    model size) and length: first those of today's numerics, then all of them."""
 
-    steps: Table
-    samples: Table
+    steps: tuple[Table, Table]
+    samples: tuple[Table, Table]
 
     @classmethod
     def from_rows(cls, rows: pd.DataFrame) -> Timings:
-        steps: Table = {}
-        samples: Table = {}
+        steps: tuple[Table, Table] = ({}, {})
+        samples: tuple[Table, Table] = ({}, {})
         if rows.empty:
             return cls(steps, samples)
         ok = rows[rows["status"] == "ok"]
-        frame = ok.assign(arch=[_arch(c) for c in ok["config_json"]])
+        version = ok["numerics_version"] if "numerics_version" in ok else pd.Series(float("nan"), ok.index)
+        frame = ok.assign(arch=[_arch(c) for c in ok["config_json"]], current=version == NUMERICS_VERSION)
         for _, run in frame.drop_duplicates("run_id").iterrows():
             if pd.notna(run["train_seconds"]) and pd.notna(run["steps"]) and run["steps"] > 0:
                 length = int(run["train_length"])
@@ -96,7 +104,7 @@ class Timings:
     def size_recorded(self, config: RunConfig) -> bool:
         """Whether runs of this task and backend were recorded at this model size and batch: if
         not, the estimate was scaled from another size."""
-        return (config.task, config.attn, _shape(config.model_dump(mode="json"))) in self.steps
+        return (config.task, config.attn, _shape(config.model_dump(mode="json"))) in self.steps[1]
 
 
 def _keys(task: str, attn: str, arch: str) -> list[tuple[str, str, str]]:
@@ -104,17 +112,28 @@ def _keys(task: str, attn: str, arch: str) -> list[tuple[str, str, str]]:
     return [(task, attn, arch), (task, attn, ""), (task, "", "")]
 
 
-def _add(table: Table, row: Any, length: int, seconds: float, work: float | None) -> None:
+def _add(tables: tuple[Table, Table], row: Any, length: int, seconds: float, work: float | None) -> None:
+    """Into the table of today's numerics (if the row is of them) and the table of all runs."""
     if work is None:  # a config without a model size: nothing to compare it with
         return
-    for key in _keys(str(row["task"]), str(row["attn"]), str(row["arch"])):
-        table.setdefault(key, {}).setdefault(length, []).append((seconds, work))
+    for table in tables if row["current"] else tables[1:]:
+        for key in _keys(str(row["task"]), str(row["attn"]), str(row["arch"])):
+            table.setdefault(key, {}).setdefault(length, []).append((seconds, work))
 
 
-def _lookup(table: Table, task: str, attn: str, arch: str, length: int, work: float) -> float | None:
-    """The median at this length, most specific key first; failing that, the nearest recorded
-    length of the most specific key. A recorded time of another shape or length is scaled by the
-    ratio of the work (a rough guess)."""
+def _lookup(tables: tuple[Table, Table], task: str, attn: str, arch: str, length: int,
+            work: float) -> float | None:
+    """From the first table with anything comparable: the median at this length, most specific
+    key first; failing that, the nearest recorded length of the most specific key. A recorded time
+    of another shape or length is scaled by the ratio of the work (a rough guess)."""
+    for table in tables:
+        found = _lookup_in(table, task, attn, arch, length, work)
+        if found is not None:
+            return found
+    return None
+
+
+def _lookup_in(table: Table, task: str, attn: str, arch: str, length: int, work: float) -> float | None:
     keys = [k for k in _keys(task, attn, arch) if k in table]
     for key in keys:
         if length in table[key]:
