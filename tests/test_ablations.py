@@ -19,7 +19,7 @@ runner = CliRunner()
 
 
 ABOUT = "# Does the learning rate matter?\n\nIt does.\n\nA `lr` grid."
-VARIANT_SETTING = "eval.max_factor=2, eval.samples=100, train.lr=0.004, +1 more"
+VARIANT_SETTING = "train.lr=0.004, train.steps=10, eval.max_factor=2, +1 more"
 
 
 def _ablation(folder: Path, about: str = ABOUT) -> Path:

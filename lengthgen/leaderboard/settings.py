@@ -19,6 +19,10 @@ ROW_FIELDS = ("task", "attn", "pos", "seed")
 #: How many differences a label spells out before it says "+N more" (the hover text has them all).
 LABEL_FIELDS = 3
 
+#: The order differences are named in: what makes a different model first, how it was tested last,
+#: so a label cut at LABEL_FIELDS keeps e.g. ``train.steps`` ahead of ``eval.max_factor``.
+FIELD_ORDER = ("preset", "train.", "arch.", "task_params.", "attn_options.")
+
 
 def flatten(config: dict[str, Any]) -> dict[str, Any]:
     """``{"train": {"lr": 1e-3}}`` → ``{"train.lr": 1e-3}``; the fields of a table row left out."""
@@ -43,10 +47,18 @@ def differences(config: dict[str, Any], others: Sequence[dict[str, Any]]) -> lis
     """``field=value`` of ``config`` for every field whose value is not the same in all ``others``."""
     mine = flatten(config)
     theirs = [flatten(o) for o in others]
-    keys = sorted(set(mine).union(*theirs))
+    keys = sorted(set(mine).union(*theirs), key=_field_rank)
     missing = object()
     return [f"{key}={format_value(mine.get(key, '(unset)'))}" for key in keys
             if any(o.get(key, missing) != mine.get(key, missing) for o in theirs)]
+
+
+def _field_rank(key: str) -> tuple[int, str]:
+    """FIELD_ORDER's groups first, in that order, then other fields, then ``eval.``; by name within."""
+    if key.startswith("eval."):
+        return len(FIELD_ORDER) + 1, key
+    ranks = [i for i, prefix in enumerate(FIELD_ORDER) if key == prefix or key.startswith(prefix)]
+    return (ranks[0] if ranks else len(FIELD_ORDER)), key
 
 
 def short_label(items: Sequence[str], empty: str) -> str:
