@@ -75,6 +75,19 @@ def test_effective_length() -> None:
     assert effective_length({1: 1.0, 2: 1.0, 16: 0.95, 64: 0.5}) == (16, False)  # the paper's gaps
 
 
+def test_effective_length_stops_where_not_every_seed_was_evaluated() -> None:
+    """One seed extended further than the others (an evaluation still in progress): its longer
+    lengths are listed with n=1, but the cell's effective length stands on all three seeds."""
+    rows = make_rows({("asentmax", s): [1.0, 1.0, 1.0, 1.0] for s in range(3)})
+    rows = rows[(rows["seed"] == 0) | (rows["factor"] <= 2)]
+    measured = summarize(rows)
+    measured = measured[measured["source"] == "measured"].set_index("factor")
+    assert measured.loc[8, "n_seeds"] == 1 and measured.loc[2, "n_seeds"] == 3
+    assert set(measured["effective_length"]) == {2} and measured["effective_length_capped"].all()
+    assert set(measured["effective_length_learned"]) == {2}
+    assert measured["effective_length_learned_capped"].all()
+
+
 def test_summary_cells_and_effective_length() -> None:
     rows = make_rows({**ROWS, ("entmax", 0): [0.95, 0.5]}, failed=(("softmax", 2),))
     summary = summarize(rows)

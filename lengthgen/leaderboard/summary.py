@@ -51,11 +51,23 @@ def _effective(means: dict[int, float]) -> tuple[int | None, bool | None]:
     return (factor, capped) if factor else (None, None)
 
 
+def _common_means(ok: pd.DataFrame) -> dict[int, float]:
+    """Mean exact match per factor, up to the first factor that not every run reached: an
+    effective length stands on all of its runs, so where some seeds were not (yet) evaluated
+    further it stops there, marked capped, rather than reading one seed's score as the mean."""
+    runs = ok["run_id"].nunique()
+    means: dict[int, float] = {}
+    for factor, cell in ok.groupby("factor", sort=True):
+        if cell["run_id"].nunique() < runs:
+            break
+        means[int(factor)] = stable_mean(cell["exact_match"])
+    return means
+
+
 def _learned_means(group: pd.DataFrame, learned_runs: set[str]) -> dict[int, float]:
-    """Mean exact match per factor over the runs that learned the task."""
+    """Mean exact match per factor over the runs that learned the task (every one of them)."""
     ok = ok_rows(group)
-    ok = ok[ok["run_id"].isin(learned_runs)]
-    return {int(f): stable_mean(cell["exact_match"]) for f, cell in ok.groupby("factor", sort=True)}
+    return _common_means(ok[ok["run_id"].isin(learned_runs)])
 
 
 def _cells(group: pd.DataFrame, base: dict[str, Any], learned_runs: set[str]) -> list[dict[str, Any]]:
@@ -74,7 +86,7 @@ def _cells(group: pd.DataFrame, base: dict[str, Any], learned_runs: set[str]) ->
             "per_seed": per_seed_text(cell), "attn_entropy": stable_mean(cell["attn_entropy"]),
             "attn_support": stable_mean(cell["attn_support"]), "n_samples": int(cell["n_samples"].sum()),
         })
-    eff, capped = _effective({c["factor"]: c["exact_match"] for c in cells})
+    eff, capped = _effective(_common_means(ok_rows(group)))
     eff_learned, capped_learned = _effective(_learned_means(group, learned_runs))
     if not cells:  # every run failed before any evaluation: keep a line so its failures show
         cells.append({**base, "factor": None, "n_seeds": 0})

@@ -84,8 +84,9 @@ def _intro() -> list[str]:
         f"directly above **{PAPER_LABEL}**, the paper's Table 1 (not measured here; blank where it reports "
         f"nothing; its factors are multiples of 64). Pinned rows never move when a table is sorted.",
         "**eff. length**: the largest factor whose mean exact match stays ≥ "
-        f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every evaluated factor up to it (`≥` when even the longest "
-        "evaluated length passes; — when 1× does not). When not every seed learned, the cell also gives it "
+        f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every evaluated factor up to it, counting only factors every "
+        "seed of the cell reached (`≥` when even the longest such length passes; — when 1× does not). "
+        "When not every seed learned, the cell also gives it "
         "over the seeds that learned (`— · 32× over 1/3 learned`), so \"did not learn\" reads apart from "
         "\"did not extrapolate\"; the effective-length table's column names each task's preset and seeds.",
     ]
