@@ -205,6 +205,8 @@ def test_leaderboard_from_a_plan_shows_its_runs_and_its_commands(tmp_path: Path)
     assert f"lengthgen leaderboard {out} --plan {path} --out {page}\n" in reproduce
     assert "--max-factor 4" in reproduce  # the step-by-step commands extend the chosen runs
     assert "Two-stage grids." in readme and "train.lr {0.001, 0.002} on seed 0, tested only to 2×" in readme
+    html = (page / "leaderboard.html").read_text(encoding="utf-8")
+    assert "train.lr {0.001, 0.002} on seed 0" in html and "{{" not in html  # the same text on the page
     fixed = "Fixed beyond the preset, for every run of a sweep: ff: train.steps = 4, train.val_every = 2"
     assert fixed in readme
     assert "; mr: train.steps = 2, train.batch_size = 8" in readme
