@@ -57,7 +57,7 @@ def _field_rank(key: str) -> tuple[int, str]:
     """FIELD_ORDER's groups first, in that order, then other fields, then ``eval.``; by name within."""
     if key.startswith("eval."):
         return len(FIELD_ORDER) + 1, key
-    ranks = [i for i, prefix in enumerate(FIELD_ORDER) if key == prefix or key.startswith(prefix)]
+    ranks = [i for i, prefix in enumerate(FIELD_ORDER) if key.startswith(prefix)]
     return (ranks[0] if ranks else len(FIELD_ORDER)), key
 
 
