@@ -5,6 +5,7 @@ its commands. The runs are tiny (a few training steps, a handful of test samples
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -173,14 +174,62 @@ def test_the_choice_is_made_on_validation_never_on_test(tmp_path: Path) -> None:
     _fake_run(out, high, val_id=0.5, test_1x=1.0)
     state = survey(plan, out)[0]
     assert state.chosen == {"train.lr": 1e-3}
-    assert [(w.kind, w.config.seed, w.config.train.lr) for w in state.work] == [("seed", 1, 1e-3)]
-    assert any("no runs/" in line for line in state.blocked)  # the screening run has no model to extend
+    # the chosen screening run has no model.pt to extend: it is trained again first
+    assert [(w.kind, w.config.seed, w.config.train.lr, w.restore) for w in state.work] == [
+        ("extend", 0, 1e-3, True), ("seed", 1, 1e-3, False)]
     lines = dry_run_lines(survey(plan, out), Timings.from_folders(out))
     assert any(line.startswith("ff: flip_flop/softmax/nape (chosen train.lr=0.001)") for line in lines)
-    assert any("cannot:" in line and run_key(low) in line for line in lines)
     # estimates come from the recorded timings: 60 s of training per 4 steps, 2 s per test length (1x, 2x)
     seed_line = next(line for line in lines if "run flip_flop-softmax-nape-s1" in line)
     assert seed_line.endswith("~64 s")
+    # training again is estimated as the run it repeats (trained, tested to 2x), plus the 4x test
+    again = next(line for line in lines if run_key(low) in line)
+    at_4x = Timings.from_folders(out).eval_seconds(low, (4,))
+    assert at_4x is not None and at_4x > 2
+    assert "train again (model.pt gone), evaluate at 4x" in again and again.endswith(f"~{64 + at_4x:.0f} s")
+
+
+def _drop_factor(out: Path, config: RunConfig, factor: int) -> pd.DataFrame:
+    """Remove one length's row from a recorded run's data file; returns the row."""
+    path = data_path(out, run_key(config))
+    rows = pd.read_parquet(path)
+    write_parquet_atomic(rows[rows["factor"] != factor].reset_index(drop=True), path)
+    return rows[rows["factor"] == factor].reset_index(drop=True)
+
+
+def test_a_run_whose_model_is_gone_is_trained_again_checked_and_extended(tmp_path: Path) -> None:
+    """A fresh clone holds data/, not model.pt: the plan retrains the run, extends it only when
+    the retrained model reproduces the recorded rows, and the new length is the one it had."""
+    plan = load_plan(write_plan(tmp_path, screen=2))
+    out = tmp_path / "board"
+    run_plan(plan, out, progress=False)
+    config = configs_at(blocks(plan)[0], survey(plan, out)[0].chosen, (1,))[0]
+    key = run_key(config)
+    first = _drop_factor(out, config, 4)
+    shutil.rmtree(out / "runs" / key)
+    [work] = [w for s in survey(plan, out) for w in s.work]
+    assert (work.kind, work.key, work.factors, work.restore) == ("extend", key, (4,), True)
+    report = run_plan(plan, out, progress=False)
+    assert not report.failed and report.remaining == 0
+    assert (out / "runs" / key / "model.pt").is_file()
+    assert not list((out / "runs").glob(".restore-*"))  # the scratch folder is gone
+    assert ok_factors(out, config) == [1, 2, 4]
+    redone = pd.read_parquet(data_path(out, run_key(config)))
+    redone = redone[redone["factor"] == 4].reset_index(drop=True)
+    for column in ("exact_match", "token_accuracy", "attn_entropy", "n_samples", "best_step"):
+        assert redone.loc[0, column] == first.loc[0, column], column
+    # a recorded row the retrained model does not reproduce: nothing is restored or extended
+    _drop_factor(out, config, 4)
+    shutil.rmtree(out / "runs" / key)
+    path = data_path(out, key)
+    rows = pd.read_parquet(path)
+    rows.loc[rows["factor"] == 1, "exact_match"] = 0.123
+    write_parquet_atomic(rows, path)
+    report = run_plan(plan, out, progress=False)
+    [failed] = report.failed
+    assert "does not reproduce its recorded rows (1×: exact_match published 0.123" in (failed.error or "")
+    assert not (out / "runs" / key).exists() and ok_factors(out, config) == [1, 2]
+    assert not list((out / "runs").glob(".restore-*"))
 
 
 def test_leaderboard_from_a_plan_shows_its_runs_and_its_commands(tmp_path: Path) -> None:

@@ -205,19 +205,30 @@ def _code_differs(published: pd.DataFrame) -> str:
     return f"; code differs: {', '.join(changed)}" if changed else "; the same code"
 
 
+def recorded_threads(published: pd.DataFrame) -> int | None:
+    """The torch thread count the rows were made with (BLAS reductions round by it)."""
+    threads = published["torch_threads"].dropna()
+    return int(threads.iloc[0]) if not threads.empty else None
+
+
+def compare(published: pd.DataFrame, new: pd.DataFrame) -> tuple[str | None, str]:
+    """The first difference of re-derived rows from published ones (None: they agree), with what
+    else differs when they do; and the warning that metrics were compared within the tolerance."""
+    warning = _versions_differ(published)
+    difference = first_difference(published, new, TOLERANCE if warning else 0.0)
+    return (difference + _code_differs(published) if difference else None), warning
+
+
 def check_run(run_id: str, published: pd.DataFrame, work: Path, device: str) -> RunCheck:
     config, problem = recorded_config(published)
     problem = problem or (plugin_problem(config) if config is not None else "")
     if config is None or problem:
         return RunCheck(run_id, False, problem)
-    warning = _versions_differ(published)
-    threads = published["torch_threads"].dropna()
-    new = rederive(config, [int(f) for f in published["factor"]], work, device,
-                   int(threads.iloc[0]) if not threads.empty else None)
-    difference = first_difference(published, new, TOLERANCE if warning else 0.0)
+    new = rederive(config, [int(f) for f in published["factor"]], work, device, recorded_threads(published))
+    difference, warning = compare(published, new)
     if difference is None:
         return RunCheck(run_id, True, f"{len(published)} rows", warning)
-    return RunCheck(run_id, False, difference + _code_differs(published), warning)
+    return RunCheck(run_id, False, difference, warning)
 
 
 def choose(run_ids: list[str], sample: int | None, seed: int) -> list[str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lengthgen.plans.estimate import format_seconds
 from lengthgen.plans.plan import BlockState, BoardPlan, Work, survey
-from lengthgen.sweeps import failed_frame, record_if_missing, run_one, terminate_workers
+from lengthgen.sweeps import data_path, failed_frame, record_if_missing, run_one, terminate_workers
 
 Echo = Callable[[str], None]
 
@@ -44,7 +44,6 @@ class Done:
 class PlanReport:
     done: list[Done] = field(default_factory=list)
     remaining: int = 0
-    blocked: list[str] = field(default_factory=list)
     interrupted: bool = False
 
     @property
@@ -53,11 +52,15 @@ class PlanReport:
 
 
 def extend_run(out: str, key: str, factors: tuple[int, ...], device: str) -> str | None:
-    """Evaluate a recorded run at more factors, one length at a time (each kept as it completes);
-    returns the error that stopped it, if any."""
+    """Evaluate a recorded run at more factors, one length at a time (each kept as it completes),
+    training it again first if its model is gone; returns the error that stopped it, if any."""
     from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
+    from lengthgen.harness.restore import restore_run
 
-    run = load_saved_run(Path(out) / "runs" / key)
+    run_dir = Path(out) / "runs" / key
+    if not (run_dir / "model.pt").is_file():
+        restore_run(run_dir, data_path(out, key), device)
+    run = load_saved_run(run_dir)
     for factor in factors:
         plan = plan_evaluation(run, max_factor=factor)
         outcome = run_evaluation(plan, [factor], device_name=device, progress=False)
@@ -76,7 +79,7 @@ def do_work(work: Work, out: str, device: str, threads: int | None = None) -> Do
     if work.kind == "extend":
         try:
             error = extend_run(out, work.key, work.factors, device)
-        except Exception as exc:  # a model that cannot be loaded: report it, go on with the rest
+        except Exception as exc:  # a model that cannot be loaded or restored: report it, go on
             error = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return Done(work, "failed" if error else "ok", error, time.perf_counter() - start)
     outcome, _ = run_one(work.config, out, device)
@@ -98,6 +101,7 @@ def remaining(states: list[BlockState]) -> int:
 
 def _describe(done: Done) -> str:
     what = {"screen": "screening run", "seed": "run", "extend": "evaluation"}[done.work.kind]
+    what += " (trained again: its model.pt was gone)" if done.work.restore else ""
     factors = f" at {', '.join(f'{f}x' for f in done.work.factors)}" if done.work.factors else ""
     result = "ok" if done.status == "ok" else f"FAILED: {done.error}"
     return f"{what} {done.work.key}{factors}: {result} ({format_seconds(done.seconds)})"
@@ -133,7 +137,6 @@ def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "
         while True:
             states = survey(plan, root, retry_failed=retry_failed)
             report.remaining = remaining(states)
-            report.blocked = [line for s in states for line in s.blocked]
             bar.total = len(report.done) + report.remaining
             bar.refresh()
             busy = {(w.kind, w.key) for w in running.values()}
@@ -185,7 +188,6 @@ def summary_lines(report: PlanReport, out: str | Path) -> list[str]:
     ok = len(report.done) - len(report.failed)
     lines = [f"plan: {ok} pieces of work ok, {len(report.failed)} failed this time; {report.remaining} left"]
     lines += [f"  failed: {_describe(d)}" for d in report.failed]
-    lines += [f"  cannot: {line}" for line in report.blocked]
     if report.remaining and not report.interrupted:
         lines.append("  (left: failed runs are kept as results; --retry-failed tries them again)")
     lines.append(f"results: {Path(out) / 'data'}")

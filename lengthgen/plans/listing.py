@@ -1,5 +1,5 @@
 """What ``lengthgen sweep --plan … --dry-run`` prints: the missing work of each block with its
-estimated CPU time, what waits for a choice, and what cannot be done here."""
+estimated CPU time, and what waits for a choice."""
 
 from __future__ import annotations
 
@@ -22,8 +22,12 @@ def point_label(block: Block, config: RunConfig) -> str:
 
 
 def work_seconds(work: Work, timings: Timings) -> float | None:
-    if work.kind == "extend":
+    if work.kind == "extend" and not work.restore:
         return timings.eval_seconds(work.config, work.factors)
+    if work.kind == "extend":  # trained and tested again (to compare), then extended
+        again = work_seconds(Work("seed", work.block, work.config), timings)
+        more = timings.eval_seconds(work.config, work.factors)
+        return None if again is None or more is None else again + more
     train = timings.train_seconds(work.config)
     test = timings.eval_seconds(work.config, work.config.eval.factors())
     return None if train is None or test is None else train + test
@@ -75,6 +79,7 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
             if work.kind == "extend":
                 evaluations += 1
                 what = f"evaluate at {', '.join(f'{f}x' for f in work.factors)}"
+                what = f"train again (model.pt gone), {what}" if work.restore else what
             else:
                 runs += 1
                 what = "screening run" if work.kind == "screen" else "run"
@@ -91,7 +96,6 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
                          f"~{format_seconds(known if not unknown else None)}"
                          + _scaled_mark(block.screening[0], timings, None if unknown else known))
             estimates.extend(later)
-        lines.extend(f"  cannot: {line}" for line in state.blocked)
     known, unknown = total(estimates)
     if not estimates:
         lines.append("nothing missing: every run of the plan is recorded")

@@ -230,12 +230,14 @@ WorkKind = Literal["screen", "seed", "extend"]
 @dataclass(frozen=True)
 class Work:
     """One piece of missing work: train a screening run of a grid (``screen``) or any other run
-    (``seed``), or extend a recorded run's evaluation to more factors (``extend``)."""
+    (``seed``), or extend a recorded run's evaluation to more factors (``extend``), training it
+    again first when its ``model.pt`` is gone (``restore``)."""
 
     kind: WorkKind
     block: str
     config: RunConfig
     factors: tuple[int, ...] = ()  # extend: the factors still to evaluate
+    restore: bool = False  # extend: the run folder has no model.pt to evaluate
 
     @property
     def key(self) -> str:
@@ -248,7 +250,6 @@ class BlockState:
     chosen: dict[str, Any] | None = None  # the chosen grid point (None: not decided yet)
     work: list[Work] = field(default_factory=list)
     waiting: int = 0  # runs that wait for the choice (seeds at the chosen point)
-    blocked: list[str] = field(default_factory=list)  # work that cannot be done here, and why
     board: list[str] = field(default_factory=list)  # run keys the board shows (recorded ones)
 
 
@@ -317,12 +318,9 @@ def survey(plan: BoardPlan, out: str | Path, retry_failed: bool = False) -> list
                 continue
             wanted = extension_factors(config, block.full_max_factor)
             missing = tuple(f for f in wanted if f not in _ok_factors(data_path(root, key)))
-            if missing and not (root / "runs" / key / "model.pt").is_file():
-                at = ", ".join(f"{f}x" for f in missing)
-                state.blocked.append(f"{key}: no runs/{key}/model.pt to evaluate at {at}; "
-                                     "retrain it (delete its data file)")
-            elif missing:
-                state.work.append(Work("extend", block.label, config, missing))
+            if missing:
+                restore = not (root / "runs" / key / "model.pt").is_file()
+                state.work.append(Work("extend", block.label, config, missing, restore))
         states.append(state)
     return states
 
