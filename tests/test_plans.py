@@ -143,8 +143,10 @@ def test_the_plan_does_the_missing_work_and_nothing_else(tmp_path: Path) -> None
     keys = {p.stem for p in (out / "data").glob("*.parquet")}
     assert keys == {run_key(c) for c in [*ff.screening, *chosen, *mr.screening]}
     assert keys == board_run_ids(plan, out)
-    kinds = sorted(d.work.kind for d in report.done)
-    assert kinds == ["extend", "extend", "screen", "screen", "seed", "seed"]
+    # a chosen run is extended as soon as it is trained (its model is on disk), before more training
+    kinds = [(d.work.kind, d.work.config.task, d.work.config.seed) for d in report.done]
+    assert kinds == [("seed", "max_retrieval", 0), ("screen", "flip_flop", 0), ("screen", "flip_flop", 0),
+                     ("extend", "flip_flop", 0), ("seed", "flip_flop", 1), ("extend", "flip_flop", 1)]
     again = run_plan(plan, out, progress=False)
     assert again.done == [] and again.remaining == 0
     lines = dry_run_lines(survey(plan, out), Timings.from_folders(out))

@@ -2,11 +2,12 @@
 evaluations that extend the chosen runs to the full factor range.
 
 The work list is read again from the dataset after every finished piece (``plan.survey``), so a
-block's remaining seeds start as soon as its last screening run is recorded. Training comes first
-(runs that wait for no choice: sweeps without a grid and the chosen points' other seeds; then
-screening; each in the plan's order) and the evaluations that
-extend chosen runs to the full factor range last: they cost hours at 1024x, and a plan stopped
-halfway should have learned which settings train before it spends them.
+block's remaining seeds start as soon as its last screening run is recorded. The order is in
+``_order``: a chosen run is extended while its model is on disk, before more training, because a
+run folder may not outlive the machine (a board's clone holds its data, not its weights) and a
+model trained again costs about what the long evaluation does; then training (runs that wait for
+no choice: sweeps without a grid and the chosen points' other seeds; then screening; each in the
+plan's order); the runs whose model is already gone are trained again and extended last.
 At most ``jobs`` pieces run at once (in this process when ``jobs`` is 1, else in a pool of
 processes with cores/jobs threads each). Each piece is tried once per invocation: a run that fails
 is recorded as failed (``--retry-failed`` tries it again next time) and an evaluation that fails
@@ -176,11 +177,12 @@ def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "
 
 
 def _order(work: Work) -> int:
-    """Training before long evaluations: runs that wait for no choice (sweeps without a grid, the
-    chosen points' other seeds), then screening, then the
-    evaluations that extend chosen runs (hours each at 1024x); the plan's order within each kind
-    (the sort is stable)."""
-    return {"seed": 0, "screen": 1, "extend": 2}[work.kind]
+    """Extending runs whose model is on disk, then runs that wait for no choice (sweeps without a
+    grid, the chosen points' other seeds), then screening, then the extensions that train their
+    run again first; the plan's order within each (the sort is stable)."""
+    if work.kind == "extend":
+        return 3 if work.restore else 0
+    return {"seed": 1, "screen": 2}[work.kind]
 
 
 def summary_lines(report: PlanReport, out: str | Path) -> list[str]:
