@@ -252,6 +252,7 @@ def test_leaderboard_from_a_plan_shows_its_runs_and_its_commands(tmp_path: Path)
     assert "s9=" not in (page / "leaderboard.csv").read_text(encoding="utf-8")  # not a run of the plan
     assert load_rows(out)["run_id"].nunique() == 5  # the stray run is valid, just not the plan's
     reproduce = readme[readme.index("## Reproduce"):]
+    assert "the plan command trains a run whose model is gone again" in reproduce
     assert f"lengthgen sweep --plan {path} --out {out}\n" in reproduce
     assert f"lengthgen leaderboard {out} --plan {path} --out {page}\n" in reproduce
     assert "--max-factor 4" in reproduce  # the step-by-step commands extend the chosen runs

@@ -49,6 +49,9 @@ from lengthgen.leaderboard.views import comparison_table, effective_table, ours,
 DEFAULT_TITLE = "lengthgen leaderboard"
 UNKNOWN_COMMIT = "unknown"
 RESUME = "Re-running a sweep command resumes it (finished runs are skipped)."
+RESUME_PLAN = (RESUME + " The data files do not carry the trained models (`model.pt`): the step-by-step "
+               "`lengthgen eval` lines need them on disk, while the plan command trains a run whose model "
+               "is gone again, and extends it only if it reproduces the run's recorded rows.")
 
 INTERVAL = "mean [lo, hi]"
 INTERVAL_TITLE = ("mean over seeds with its 95% interval: Student t over the per-seed exact match with ≥ 2 "
@@ -220,6 +223,7 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     for other in (s for s in sources if not s.primary):
         theirs = rows[source_column(rows) == other.label]
         steps += [f"# {other.label}", *sweep_commands(theirs, other.path), *eval_commands(theirs, other.path)]
+    resume = RESUME_PLAN if plan else RESUME
     if plan:
         commands = [plan_sweep_command(plan, source), plan_leaderboard_command(source, out_name, plan),
                     "", "# the same runs step by step (the points the plan chose):", *steps]
@@ -238,7 +242,7 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     if submitted is not None:
         md += ["## Sources", "", SOURCES_INTRO, "", markdown(submitted), ""]
     md += ["## Protocol and hardware", "", markdown(protocol), "", *[f"- {line}" for line in env], "",
-           "## Reproduce", "", RESUME, "", "```sh", *commands, "```", ""]
+           "## Reproduce", "", resume, "", "```sh", *commands, "```", ""]
     files["README.md"] = "\n".join(md).encode()
     files["leaderboard.csv"] = csv_bytes(summary, CSV_COLUMNS)
     interval_html = f'<abbr title="{html_page.html.escape(INTERVAL_TITLE)}">{INTERVAL}</abbr>'
@@ -248,7 +252,7 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
                     if submitted is not None else [])
     tail = [*ablation_html, *sources_html, "<h2>Protocol and hardware</h2>", html_page.html_table(protocol),
             "<ul>" + "".join(f"<li>{html_page.code_spans(line)}</li>" for line in env) + "</ul>",
-            "<h2>Reproduce</h2>", f"<p>{RESUME}</p>",
+            "<h2>Reproduce</h2>", f"<p>{html_page.code_spans(resume)}</p>",
             "<pre>" + "\n".join(html_page.html.escape(c) for c in commands) + "</pre>"]
     files["leaderboard.html"] = html_page.page(
         title=title, meta=meta, intro=intro_html, sections=sections, tail=tail,
