@@ -295,6 +295,9 @@ def eval_command(
     attn_option: list[str] = typer.Option(None, "--attn-option",
                                           help="Evaluate with this backend option key=value."),
     redo: bool = typer.Option(False, "--redo", help="Re-evaluate lengths the results already hold."),
+    restore: bool = typer.Option(
+        False, "--restore", help="First train runs whose sweep data records them but whose model.pt is gone "
+        "again, kept only if they reproduce their recorded rows."),
     device: Device = typer.Option("auto", "--device"),
     log: Log | None = typer.Option(None, "--log", help=LOG_HELP),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
@@ -304,12 +307,20 @@ def eval_command(
     to their results."""
     from lengthgen.config import parse_assignments
     from lengthgen.harness.reevaluate import plan_runs
+    from lengthgen.harness.restore import models_to_restore, restore_run
     from lengthgen.registry import trusted_plugins
     from lengthgen.sweeps import SweepTerminated, sigterm_stops_cleanly
 
     params = parse_assignments(param, "--param")
     options = parse_assignments(attn_option, "--attn-option")
     with trusted_plugins([attn], everything=trust_plugins):
+        if restore:
+            _check_run_environment(device, log)
+        for run_dir, data in models_to_restore(input_path(path, "PATH")) if restore else []:
+            typer.echo(f"restore {run_dir.name}: training it again from its recorded config", err=True)
+            warning = restore_run(run_dir, data)
+            typer.echo(f"restore {run_dir.name}: its recorded rows reproduce"
+                       + (f" within the tolerance ({warning})" if warning else " exactly"), err=True)
         plans = plan_runs(input_path(path, "PATH"), max_factor=max_factor, eval_samples=eval_samples,
                           task_params=params, attn=attn, attn_options=options, min_factor=min_factor)
         _check_run_environment(device, log)

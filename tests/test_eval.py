@@ -3,6 +3,7 @@ into its results without duplicates, a whole sweep folder extended, the leaderbo
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 from lengthgen.cli import app
 from lengthgen.config import build_run_config
 from lengthgen.harness.reevaluate import merge_rows
-from lengthgen.harness.results import rows_to_frame
+from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
 from lengthgen.harness.run import execute
 
 runner = CliRunner()
@@ -133,6 +134,40 @@ def test_a_run_whose_sweep_stopped_before_its_data_file_is_not_evaluated_again(t
     assert "1 of 3 lengths to evaluate" in result.stderr
     rows = pd.read_parquet(sweep / "runs" / data.stem / "results.parquet")
     assert list(rows["factor"]) == [1, 2, 4] and not data.exists()
+
+
+def test_a_run_whose_model_is_gone_is_restored_on_request(tmp_path: Path) -> None:
+    """A clone of a sweep holds data/, not the models: eval says so, --restore trains the run again,
+    checks it reproduces the recorded rows, then evaluates it; a run that does not reproduce is
+    refused and nothing is written."""
+    sweep = tmp_path / "sweep"
+    made = runner.invoke(app, ["sweep", "--task", "max_retrieval", "--attn", "softmax", "--steps", "20",
+                               "--max-factor", "2", "--train-length", "6", "--eval-samples", "8", "--quiet",
+                               "--set", "train.batch_size=16", "--set", "arch.d_model=32",
+                               "--set", "arch.d_ff=64", "--out", str(sweep)])
+    assert made.exit_code == 0, made.output
+    (data,) = (sweep / "data").glob("*.parquet")
+    run_dir = sweep / "runs" / data.stem
+    recorded = pd.read_parquet(data)
+    shutil.rmtree(run_dir)
+    refused = evaluate(str(run_dir), "--max-factor", "4")
+    assert refused.exit_code == 2 and "--restore" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1
+    restored = evaluate(str(run_dir), "--max-factor", "4", "--restore")
+    assert restored.exit_code == 0, restored.output
+    assert "its recorded rows reproduce exactly" in restored.stderr
+    assert "1 of 3 lengths to evaluate" in restored.stderr
+    rows = pd.read_parquet(data)
+    assert list(rows["factor"]) == [1, 2, 4] and (run_dir / "model.pt").is_file()
+    pd.testing.assert_frame_equal(rows[rows["factor"] <= 2].reset_index(drop=True), recorded)
+    # the sweep folder as a whole: nothing to restore now; a tampered row is not reproduced
+    shutil.rmtree(run_dir)
+    rows.loc[rows["factor"] == 2, "token_accuracy"] = 0.5
+    write_parquet_atomic(rows, data)
+    tampered = evaluate(str(sweep), "--max-factor", "4", "--restore")
+    assert tampered.exit_code == 2, tampered.output
+    assert "does not reproduce its recorded rows (2×: token_accuracy published 0.5" in tampered.output
+    assert not run_dir.exists() and not list((sweep / "runs").glob(".restore-*"))
 
 
 def test_merge_replaces_rows_of_the_same_run_length_and_variant() -> None:

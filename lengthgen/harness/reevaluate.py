@@ -84,10 +84,13 @@ def load_saved_run(run_dir: Path) -> SavedRun:
         raise UserError(f"{path} is the config of run {run_id!r}, not of {run_dir.resolve().name!r}: it was "
                         "edited, or the folder renamed; evaluate the folder its run wrote")
     if not (run_dir / "model.pt").is_file():
+        again = ("--restore trains it again from the rows its sweep recorded" if sweep_data_file(run_dir)
+                 else "run it again")
         raise UserError(f"{run_dir} has no model.pt: the run failed or stopped before training ended; "
-                        "run it again")
-    sweep_data = run_dir.resolve().parent.parent / "data" / f"{run_id}.parquet"
-    data_file = sweep_data if run_dir.resolve().parent.name == "runs" else None
+                        + again)
+    resolved = run_dir.resolve()
+    data_file = (resolved.parent.parent / "data" / f"{run_id}.parquet" if resolved.parent.name == "runs"
+                 else None)
     for results in (run_dir / "results.parquet", data_file):
         others = sorted((recorded_run_ids(results) if results is not None else set()) - {run_id})
         if others:
@@ -96,10 +99,20 @@ def load_saved_run(run_dir: Path) -> SavedRun:
     return SavedRun(run_dir, run_id, config, canonical, data_file)
 
 
+def sweep_data_file(run_dir: Path) -> Path | None:
+    """Where a run folder's sweep keeps its rows (``DIR/data/RUN.parquet`` for ``DIR/runs/RUN``),
+    if the folder is in a sweep's ``runs/`` and the file exists (the folder itself need not)."""
+    data = run_dir.parent.parent / "data" / f"{run_dir.name}.parquet"
+    return data if run_dir.parent.name == "runs" and data.is_file() else None
+
+
 def find_saved_runs(path: str | Path) -> list[SavedRun]:
     """The run at ``path`` (a run folder), or every trained run of a sweep folder (``runs/*``);
     runs of a sweep that cannot be used (no model, an edited config) are skipped with a warning."""
     root = Path(path)
+    if not root.is_dir() and sweep_data_file(root) is not None:
+        raise UserError(f"{str(path)!r} does not exist, but its sweep's data records the run: the data files "
+                        "carry no models; --restore trains it again from its recorded config")
     if not root.is_dir():
         raise UserError(f"{str(path)!r} is not a folder: give a run folder (config.json, model.pt) "
                         "or a sweep folder (runs/, data/)")

@@ -5,7 +5,8 @@ so extending a published run there means training it again. Training is determin
 recorded config trained again is the same model; the rows it gives must agree with the recorded
 ones by ``lengthgen verify``'s rule (bitwise on the same library versions, else within its
 tolerance) before the folder is put in place. A run that does not reproduce is not restored:
-lengths evaluated on another model would not be that run's.
+lengths evaluated on another model would not be that run's. Used by a plan's extensions and by
+``lengthgen eval --restore``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from lengthgen.errors import UserError
+from lengthgen.harness.reevaluate import sweep_data_file
 from lengthgen.harness.verify import (
     compare,
     plugin_problem,
@@ -25,11 +27,12 @@ from lengthgen.harness.verify import (
 )
 
 
-def restore_run(run_dir: Path, recorded: Path, device: str) -> str:
-    """Retrain the run of ``run_dir`` from the rows in ``recorded`` (its data file) and put the
-    folder in place, the recorded rows as its results; returns the warning that metrics were
-    compared within the tolerance ("" when bitwise). A folder without ``model.pt`` at ``run_dir``
-    (a training that stopped) is replaced. Raises a one-line ``UserError`` when it cannot."""
+def restore_run(run_dir: Path, recorded: Path) -> str:
+    """Retrain the run of ``run_dir`` from the rows in ``recorded`` (its data file) on the device
+    and thread count they record, and put the folder in place, the recorded rows as its results;
+    returns the warning that metrics were compared within the tolerance ("" when bitwise). A folder
+    without ``model.pt`` at ``run_dir`` (a training that stopped) is replaced. Raises a one-line
+    ``UserError`` when it cannot."""
     run_id = run_dir.name
     published = published_runs(recorded).get(run_id)
     if published is None:
@@ -42,6 +45,7 @@ def restore_run(run_dir: Path, recorded: Path, device: str) -> str:
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".restore-{run_id}-", dir=run_dir.parent))
     try:
+        device = str(published["device"].iloc[0])
         new = rederive(config, [], scratch, device, recorded_threads(published))
         difference, warning = compare(own, new)
         if difference is not None:
@@ -55,3 +59,24 @@ def restore_run(run_dir: Path, recorded: Path, device: str) -> str:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return warning
+
+
+def models_to_restore(path: Path) -> list[tuple[Path, Path]]:
+    """(run folder, data file) of each run whose sweep's data records evaluated rows but whose
+    ``model.pt`` is gone: ``path`` is a run folder of a sweep (``DIR/runs/RUN``, which need not
+    exist) or the sweep folder."""
+    if (path / "data").is_dir() and not (path / "config.json").is_file():
+        candidates = [(path / "runs" / f.stem, f) for f in sorted((path / "data").glob("*.parquet"))]
+    else:
+        data = sweep_data_file(path)
+        candidates = [(path, data)] if data is not None else []
+    found = []
+    for run_dir, data in candidates:
+        if (run_dir / "model.pt").is_file():
+            continue
+        try:
+            if run_dir.name in published_runs(data):
+                found.append((run_dir, data))
+        except UserError:  # only failed rows: nothing to restore
+            continue
+    return found

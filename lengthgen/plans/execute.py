@@ -60,7 +60,7 @@ def extend_run(out: str, key: str, factors: tuple[int, ...], device: str) -> str
 
     run_dir = Path(out) / "runs" / key
     if not (run_dir / "model.pt").is_file():
-        restore_run(run_dir, data_path(out, key), device)
+        restore_run(run_dir, data_path(out, key))
     run = load_saved_run(run_dir)
     for factor in factors:
         plan = plan_evaluation(run, max_factor=factor)
