@@ -529,6 +529,7 @@ def leaderboard_command(
     """Tables (mean and 95% CI over seeds, learned seeds, selected settings, paper rows) and plots."""
     from lengthgen.leaderboard import DEFAULT_TITLE, write_leaderboard
     from lengthgen.leaderboard.ablations import load_ablations
+    from lengthgen.leaderboard.reasons import CellReason, check_reasons
     from lengthgen.leaderboard.sources import load_sources
 
     out_dir = folder_for_writing(out, "--out")
@@ -557,13 +558,14 @@ def leaderboard_command(
         folder = ablations_dir(plan, plan_file)
         ablations = None if folder is None else str(folder)
         rule = rule_text(plan)
+        reasons = [CellReason(*cell) for cell in plan.cell_reasons()]
     else:
-        rule = None
-    if ablations is not None:
-        load_ablations(input_path(ablations, "--ablations"))  # checked before anything is written
+        rule, reasons = None, None
+    if ablations is not None:  # checked before anything is written
+        check_reasons(reasons or [], load_ablations(input_path(ablations, "--ablations")))
     written = write_leaderboard(rows, out_dir, title=title or DEFAULT_TITLE, source=results,
                                 hardware=hardware, commit=commit, ablations=ablations, plan=plan_file,
-                                plan_rule=rule, latex=latex, sources=sources)
+                                plan_rule=rule, latex=latex, sources=sources, reasons=reasons)
     for path in written:
         typer.echo(str(path))
 

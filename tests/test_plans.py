@@ -94,6 +94,11 @@ def ok_factors(out: Path, config: RunConfig) -> list[int]:
      "[[sweep]]\nname = 'a'\ntask = ['sort']\nattn = ['softmax']\n", "share a name"),
     ("[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['softmax']\n"
      "[[sweep]]\nname = 'b'\ntask = ['copy']\nattn = ['softmax']\n", "both make run"),
+    ("ablations = 'x'\n[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['softmax']\n"
+     "[[reason]]\ntask = 'copy'\nattn = ['ssmax']\nablation = 'x'\ntext = 'y'\n",
+     "no sweep of the plan runs it"),
+    ("[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['softmax']\n"
+     "[[reason]]\ntask = 'copy'\nattn = ['softmax']\nablation = 'x'\ntext = 'y'\n", "no ablations folder"),
     ("[[sweep]\nname = ", "not a valid TOML file"),
     ("title = 'no sweeps'\n", "sweep"),
 ])
@@ -265,6 +270,46 @@ def test_leaderboard_from_a_plan_shows_its_runs_and_its_commands(tmp_path: Path)
     conflict = runner.invoke(app, ["leaderboard", str(out), "--plan", str(path), "--out", str(page),
                                    "--title", "x"])
     assert conflict.exit_code == 2 and "--title" in conflict.output
+
+
+def test_the_board_names_the_reason_of_every_cell_where_not_every_seed_learned(tmp_path: Path) -> None:
+    """A reason from the plan, linked to its ablation; a cell without one says so; a reason naming
+    an ablation the board does not publish is refused before anything is written."""
+    ablation = tmp_path / "ablations" / "why-ff"
+    (ablation / "data").mkdir(parents=True)
+    (ablation / "ABOUT.md").write_text("# Why flip-flop fails here\n\nBecause of `four steps`.\n",
+                                       encoding="utf-8")
+    text = TINY.format(screen=2).replace('hardware = "test machine"', 'hardware = "test machine"\n'
+                                         'ablations = "ablations"')
+    text += ('\n[[reason]]\ntask = "flip_flop"\nattn = ["softmax"]\nablation = "why-ff"\n'
+             'text = "four steps are too few (`train.steps = 4`)"\n')
+    path = write_plan(tmp_path, text=text)
+    plan = load_plan(path)
+    out = tmp_path / "board"
+    ff, mr = blocks(plan)
+    for config, val in zip(ff.screening, (0.5, 0.4), strict=True):  # neither point learned (25% at 1x)
+        _fake_run(out, config, val_id=val, test_1x=0.25)
+    _fake_run(ablation, ff.screening[0], val_id=0.5, test_1x=0.25)
+    _fake_run(out, mr.screening[0], val_id=0.2, test_1x=0.5)
+    page = tmp_path / "page"
+    result = runner.invoke(app, ["leaderboard", str(out), "--plan", str(path), "--out", str(page)])
+    assert result.exit_code == 0, result.output
+    readme = (page / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Cells where not every seed learned"):readme.index("## flip_flop")]
+    assert ("- **flip_flop · softmax · nape**: 0/1 learned; four steps are too few (`train.steps = 4`) "
+            "(ablation: *Why flip-flop fails here*, below)") in section
+    assert "- **max_retrieval · entmax · nape**: 0/1 learned; no reason recorded in the plan yet." in section
+    html = (page / "leaderboard.html").read_text(encoding="utf-8")
+    assert ('four steps are too few (<code>train.steps = 4</code>) (ablation: '
+            '<a href="#ablation-why-ff">Why flip-flop fails here</a>)') in html
+    assert 'id="ablation-why-ff"' in html  # the link's target
+    wrong = path.read_text(encoding="utf-8").replace('ablation = "why-ff"', 'ablation = "why-not"')
+    path.write_text(wrong, encoding="utf-8")
+    refused = runner.invoke(app, ["leaderboard", str(out), "--plan", str(path),
+                                  "--out", str(tmp_path / "p2")])
+    assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1
+    assert "names ablation 'why-not', not one of the board's: why-ff" in refused.output
+    assert not (tmp_path / "p2").exists()
 
 
 def test_the_published_plan_builds_and_the_board_holds_only_its_runs() -> None:

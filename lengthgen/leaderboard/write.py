@@ -30,6 +30,14 @@ from lengthgen.leaderboard.paper import (
     PROTOCOL_SELECTION_LEVEL,
 )
 from lengthgen.leaderboard.plots import DISPERSION_CAPTION, plot_dispersion, plot_exact_match
+from lengthgen.leaderboard.reasons import (
+    CellReason,
+    ablation_anchor,
+    check_reasons,
+    reason_html,
+    reason_markdown,
+    unlearned_cells,
+)
 from lengthgen.leaderboard.reproduce import (
     eval_commands,
     leaderboard_command,
@@ -153,8 +161,8 @@ def _ablation_markdown(ablation: Ablation) -> list[str]:
 
 def _ablation_html(ablation: Ablation) -> list[str]:
     commands = _ablation_commands(ablation)
-    anchor, heading = slug(ablation.name), html_page.html.escape(ablation.title)
-    return [f'<h3 id="ablation-{anchor}">{heading}</h3>',
+    anchor, heading = ablation_anchor(ablation.name), html_page.html.escape(ablation.title)
+    return [f'<h3 id="{anchor}">{heading}</h3>',
             *[f"<p>{_bold(html_page.code_spans(p))}</p>" for p in ablation.paragraphs],
             html_page.html_table(ablation_table(ablation.rows)),
             "<pre>" + "\n".join(html_page.html.escape(c) for c in commands) + "</pre>"]
@@ -164,11 +172,16 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
            hardware: str | None = None, commit: str = UNKNOWN_COMMIT, data_link: str = "data/",
            ablations: Sequence[Ablation] = (), ablations_source: str | None = None,
            plan: str | None = None, plan_rule: str | None = None, verified: str | None = None,
-           latex: bool = False, sources: Sequence[Source] = ()) -> Rendered:
+           latex: bool = False, sources: Sequence[Source] = (),
+           reasons: Sequence[CellReason] | None = None) -> Rendered:
     """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows (and the ablations).
 
     With ``plan`` (the plan file's path) the Reproduce section starts with the two commands that
-    rebuild the board from it, and ``plan_rule`` (how its grids became rows) joins "How to read"."""
+    rebuild the board from it, and ``plan_rule`` (how its grids became rows) joins "How to read";
+    with ``reasons`` (the plan's), every chosen setting where not every seed learned is listed under
+    the effective lengths, with its reason or without one."""
+    if reasons is not None:
+        check_reasons(reasons, ablations)
     rows = rows.sort_values(["task", "attn", "pos", "seed", "run_id", "factor"], kind="mergesort",
                             na_position="last").reset_index(drop=True)
     summary = summarize(rows)
@@ -185,6 +198,8 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
           "[leaderboard.html](leaderboard.html) is this page with sortable tables.", "",
           "## How to read", "", *[f"- {p.replace('{interval}', INTERVAL)}" for p in intro], "",
           "## Effective length per task and backend", "", markdown(effective), ""]
+    unlearned = unlearned_cells(summary, reasons) if reasons is not None else []
+    md += reason_markdown(unlearned, ablations)
     sections = []
     for task in tasks:
         exact = plot_exact_match(rows, task, io.BytesIO(), summary=summary, fmt="svg").getvalue()
@@ -257,7 +272,8 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     files["leaderboard.html"] = html_page.page(
         title=title, meta=meta, intro=intro_html, sections=sections, tail=tail,
         links=[("CSV", "leaderboard.csv"), ("README", "README.md"), ("data", data_link)],
-        summary="<h2>Effective length per task and backend</h2>\n" + html_page.html_table(effective),
+        summary="<h2>Effective length per task and backend</h2>\n" + html_page.html_table(effective)
+        + reason_html(unlearned, ablations),
     ).encode()
     return Rendered(files)
 
@@ -290,7 +306,8 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
                       source: str = "DIR", hardware: str | None = None, commit: str | None = None,
                       ablations: str | os.PathLike[str] | None = None, plan: str | None = None,
                       plan_rule: str | None = None, latex: bool = False,
-                      sources: Sequence[Source] = ()) -> list[Path]:
+                      sources: Sequence[Source] = (),
+                      reasons: Sequence[CellReason] | None = None) -> list[Path]:
     """Render every output, then publish them under ``out`` together (``files.publish``: built in a
     temporary folder, then moved into place); returns the paths.
 
@@ -306,5 +323,6 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
     rendered = render(rows, title=title, source=source, out_name=str(out), hardware=hardware,
                       commit=commit if commit is not None else data_commit(data), data_link=link,
                       ablations=found, ablations_source=None if ablations is None else str(ablations),
-                      plan=plan, plan_rule=plan_rule, verified=verified, latex=latex, sources=sources)
+                      plan=plan, plan_rule=plan_rule, verified=verified, latex=latex, sources=sources,
+                      reasons=reasons)
     return publish(out, rendered.files)

@@ -105,20 +105,46 @@ class PlanSweep(_Frozen):
         return self.spec((0,), grid=True, screening=False).points()
 
 
+class PlanReason(_Frozen):
+    """Why some seeds of a task × backend did not learn, and the ablation that shows it."""
+
+    task: str = Field(min_length=1)
+    attn: tuple[str, ...] = Field(min_length=1)
+    ablation: str = Field(min_length=1, description="the ablation folder's name")
+    text: str = Field(min_length=1)
+
+
 class BoardPlan(_Frozen):
-    """A plan file: the board's title, hardware note, ablation folder and sweeps."""
+    """A plan file: the board's title, hardware note, ablation folder, sweeps and the reasons of
+    the cells where not every seed learned."""
 
     title: str = "lengthgen leaderboard"
     hardware: str | None = None
     ablations: str | None = Field(None, description="folder of ablation sweeps, relative to the plan file")
     sweep: tuple[PlanSweep, ...] = Field(min_length=1)
+    reason: tuple[PlanReason, ...] = ()
 
     @model_validator(mode="after")
     def _unique_names(self) -> BoardPlan:
         names = [s.name for s in self.sweep]
         if len(set(names)) != len(names):
             raise ValueError(f"two sweeps share a name: {', '.join(names)}")
+        cells = {(t, a) for s in self.sweep for t in s.task for a in s.attn}
+        given: set[tuple[str, str]] = set()
+        for reason in self.reason:
+            for attn in reason.attn:
+                if (reason.task, attn) not in cells:
+                    raise ValueError(f"reason for {reason.task} · {attn}: no sweep of the plan runs it")
+                if (reason.task, attn) in given:
+                    raise ValueError(f"two reasons for {reason.task} · {attn}")
+                given.add((reason.task, attn))
+        if self.reason and self.ablations is None:
+            raise ValueError("reasons name ablations, but the plan has no ablations folder")
         return self
+
+    def cell_reasons(self) -> list[tuple[str, str, str, str]]:
+        """(task, backend, ablation, text) per cell the plan gives a reason for."""
+        return [(r.task, a, r.ablation, r.text) for r in self.reason for a in r.attn]
 
 
 def load_plan(path: str | Path) -> BoardPlan:
