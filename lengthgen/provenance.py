@@ -26,7 +26,7 @@ NUMERICS_VERSION = 2
 
 #: The result columns this module fills, in their order.
 COLUMNS: tuple[str, ...] = ("numpy_version", "numba_version", "git_commit", "git_dirty", "numerics_version",
-                            "torch_threads", "cpu", "attn_package")
+                            "torch_threads", "cpu", "cpu_isa", "attn_package")
 
 
 def _git(folder: Path, *args: str) -> str | None:
@@ -55,7 +55,7 @@ def software() -> dict[str, Any]:
     a sum split over another number of threads may round differently)."""
     import torch
 
-    return {**_libraries(), "torch_threads": torch.get_num_threads(), "cpu": cpu()}
+    return {**_libraries(), "torch_threads": torch.get_num_threads(), "cpu": cpu(), "cpu_isa": cpu_isa()}
 
 
 @functools.cache
@@ -88,6 +88,24 @@ def cpu() -> str:
     except OSError:
         pass
     return " ".join(part for part in (platform.machine(), name or platform.processor()) if part)
+
+
+@functools.cache
+def cpu_isa() -> str:
+    """The instruction sets the CPU kernels were built for in this process: torch's vector
+    capability (its own kernels; MKL and oneDNN pick theirs alike) and numba's compile target.
+    Two machines with the same model name can differ here (a VM that shows AVX-512 or not), and
+    their trainings then round differently from the first step on."""
+    import torch
+
+    try:
+        import llvmlite.binding as llvm
+        from numba.core import config
+
+        target = config.CPU_NAME or llvm.get_host_cpu_name()
+    except ImportError:
+        target = "none"
+    return f"torch {torch.backends.cpu.get_cpu_capability()}, numba {target}"
 
 
 @functools.cache

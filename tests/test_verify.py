@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from lengthgen import provenance
 from lengthgen.cli import app
 from lengthgen.errors import UserNotice
 from lengthgen.harness import verify
@@ -97,6 +98,28 @@ def test_other_library_versions_compare_within_the_tolerance(published: Path, tm
         write_parquet_atomic(rows, path)
     checks = verify.verify(folder, echo=lambda line: None)
     assert all(c.ok for c in checks) and all(c.warning.startswith("torch 1.0.0 → ") for c in checks)
+
+
+@pytest.mark.parametrize(("isa", "warning"), [
+    (None, "instruction sets not recorded (now "),  # rows older than the column
+    ("torch AVX2, numba x86-64-v3", "instruction sets torch AVX2, numba x86-64-v3 → "),
+])
+def test_rows_of_other_instruction_sets_compare_within_the_tolerance(
+        published: Path, tmp_path: Path, isa: str | None, warning: str) -> None:
+    """Two VMs with one model name ran AVX2 and AVX-512 kernels, which round differently: where the
+    rows name other instruction sets, or none, a difference below the tolerance is not a failure;
+    with this process's own, the same difference is."""
+    folder = copy_of(published, tmp_path)
+    for path in (folder / "data").glob("*.parquet"):
+        rows = pd.read_parquet(path)
+        rows["attn_entropy"] = rows["attn_entropy"] + 1e-9
+        write_parquet_atomic(rows.assign(cpu_isa=isa), path)
+    checks = verify.verify(folder, echo=lambda line: None)
+    assert all(c.ok for c in checks) and all(c.warning.startswith(warning) for c in checks)
+    for path in (folder / "data").glob("*.parquet"):
+        write_parquet_atomic(pd.read_parquet(path).assign(cpu_isa=provenance.cpu_isa()), path)
+    checks = verify.verify(folder, echo=lambda line: None)
+    assert not any(c.ok for c in checks) and all("attn_entropy published" in c.detail for c in checks)
 
 
 def test_the_sample_is_seeded(published: Path) -> None:

@@ -41,7 +41,8 @@ COUNTS: tuple[str, ...] = ("steps", "best_step", "params", "numerics_version", "
 AMOUNTS: tuple[str, ...] = ("attn_support", "train_seconds", "eval_seconds")
 #: Text columns that may be empty.
 TEXTS: tuple[str, ...] = ("pos", "preset", "eval_variant", "device", "lengthgen_version", "torch_version",
-                          "error", "numpy_version", "numba_version", "git_commit", "cpu", "attn_package")
+                          "error", "numpy_version", "numba_version", "git_commit", "cpu", "cpu_isa",
+                          "attn_package")
 #: Columns holding a yes/no when present.
 FLAGS: tuple[str, ...] = ("git_dirty",)
 

@@ -7,9 +7,10 @@ lengths the row set holds (lengths past the config's ``max_factor`` through the 
 
 - identity and counts (run id, lengths, samples, steps, the selected checkpoint, …) exactly;
 - metrics bitwise when torch, numpy and numba are the versions that made the rows and the
-  processor is the same kind (where the rows record it), else within :data:`TOLERANCE`, with a
-  warning naming what differs (another processor may pick other BLAS kernels, which round
-  differently).
+  processor and the instruction sets its kernels used are the same, else within
+  :data:`TOLERANCE`, with a warning naming what differs (another processor may pick other BLAS
+  kernels, which round differently). Rows older than the ``cpu_isa`` column count as another
+  instruction set: two VMs with the same model name ran AVX2 and AVX-512 kernels.
 
 Before any training, the config must hash to the row's ``config_hash`` and run id: an edited
 config is reported as such. A plugin file or module the config names is not imported unless the
@@ -193,6 +194,10 @@ def _versions_differ(published: pd.DataFrame) -> str:
                if _plain(first[c]) != mine[c]]
     if isinstance(first["cpu"], str) and first["cpu"] != mine["cpu"]:
         changed.append(f"processor {first['cpu']} → {mine['cpu']}")
+    if not isinstance(first["cpu_isa"], str):  # older rows: the same model name hid AVX2 and AVX-512
+        changed.append(f"instruction sets not recorded (now {mine['cpu_isa']})")
+    elif first["cpu_isa"] != mine["cpu_isa"]:
+        changed.append(f"instruction sets {first['cpu_isa']} → {mine['cpu_isa']}")
     return ", ".join(changed)
 
 
