@@ -118,16 +118,22 @@ def test_a_variant_that_needs_length_is_evaluated_from_min_factor(tmp_path: Path
         ("", 1), ("", 2), ("", 4), ("", 8), ("near_misses=1", 4), ("near_misses=1", 8)]
 
 
-def test_a_run_whose_sweep_stopped_before_its_data_file_is_not_evaluated_again(tmp_path: Path) -> None:
-    """A sweep stopped during a run's evaluation leaves rows in the run's results but no data file:
-    the lengths already there are not evaluated again."""
-    sweep = tmp_path / "sweep"
+def one_run_sweep(sweep: Path) -> Path:
+    """A sweep of one tiny max_retrieval run tested to 2x; returns its data file."""
     made = runner.invoke(app, ["sweep", "--task", "max_retrieval", "--attn", "softmax", "--steps", "20",
                                "--max-factor", "2", "--train-length", "6", "--eval-samples", "8", "--quiet",
                                "--set", "train.batch_size=16", "--set", "arch.d_model=32",
                                "--set", "arch.d_ff=64", "--out", str(sweep)])
     assert made.exit_code == 0, made.output
     (data,) = (sweep / "data").glob("*.parquet")
+    return data
+
+
+def test_a_run_whose_sweep_stopped_before_its_data_file_is_not_evaluated_again(tmp_path: Path) -> None:
+    """A sweep stopped during a run's evaluation leaves rows in the run's results but no data file:
+    the lengths already there are not evaluated again."""
+    sweep = tmp_path / "sweep"
+    data = one_run_sweep(sweep)
     data.unlink()
     result = evaluate(str(sweep), "--max-factor", "4")
     assert result.exit_code == 0, result.output
@@ -141,12 +147,7 @@ def test_a_run_whose_model_is_gone_is_restored_on_request(tmp_path: Path) -> Non
     checks it reproduces the recorded rows, then evaluates it; a run that does not reproduce is
     refused and nothing is written."""
     sweep = tmp_path / "sweep"
-    made = runner.invoke(app, ["sweep", "--task", "max_retrieval", "--attn", "softmax", "--steps", "20",
-                               "--max-factor", "2", "--train-length", "6", "--eval-samples", "8", "--quiet",
-                               "--set", "train.batch_size=16", "--set", "arch.d_model=32",
-                               "--set", "arch.d_ff=64", "--out", str(sweep)])
-    assert made.exit_code == 0, made.output
-    (data,) = (sweep / "data").glob("*.parquet")
+    data = one_run_sweep(sweep)
     run_dir = sweep / "runs" / data.stem
     recorded = pd.read_parquet(data)
     shutil.rmtree(run_dir)
