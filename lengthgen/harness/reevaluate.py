@@ -88,9 +88,7 @@ def load_saved_run(run_dir: Path) -> SavedRun:
                  else "run it again")
         raise UserError(f"{run_dir} has no model.pt: the run failed or stopped before training ended; "
                         + again)
-    resolved = run_dir.resolve()
-    data_file = (resolved.parent.parent / "data" / f"{run_id}.parquet" if resolved.parent.name == "runs"
-                 else None)
+    data_file = sweep_data_path(run_dir.resolve())
     for results in (run_dir / "results.parquet", data_file):
         others = sorted((recorded_run_ids(results) if results is not None else set()) - {run_id})
         if others:
@@ -99,11 +97,18 @@ def load_saved_run(run_dir: Path) -> SavedRun:
     return SavedRun(run_dir, run_id, config, canonical, data_file)
 
 
+def sweep_data_path(run_dir: Path) -> Path | None:
+    """Where a run folder's sweep keeps its rows (``DIR/data/RUN.parquet`` for ``DIR/runs/RUN``);
+    None for a folder outside a sweep's ``runs/``."""
+    if run_dir.parent.name != "runs":
+        return None
+    return run_dir.parent.parent / "data" / f"{run_dir.name}.parquet"
+
+
 def sweep_data_file(run_dir: Path) -> Path | None:
-    """Where a run folder's sweep keeps its rows (``DIR/data/RUN.parquet`` for ``DIR/runs/RUN``),
-    if the folder is in a sweep's ``runs/`` and the file exists (the folder itself need not)."""
-    data = run_dir.parent.parent / "data" / f"{run_dir.name}.parquet"
-    return data if run_dir.parent.name == "runs" and data.is_file() else None
+    """:func:`sweep_data_path` when that file exists (the run folder itself need not)."""
+    data = sweep_data_path(run_dir)
+    return data if data is not None and data.is_file() else None
 
 
 def find_saved_runs(path: str | Path) -> list[SavedRun]:
