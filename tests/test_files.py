@@ -124,8 +124,8 @@ def failing_fsync(after: int) -> object:
 def test_disk_full_during_a_run_is_one_line_and_leaves_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # config.json and train_history.json fit; model.pt does not
-    monkeypatch.setattr(files.os, "fsync", failing_fsync(after=2))
+    # config.json, the training state and train_history.json fit; model.pt does not
+    monkeypatch.setattr(files.os, "fsync", failing_fsync(after=3))
     monkeypatch.setattr(files, "_sync_folder", lambda folder: None)
     out = tmp_path / "runs"
     result = runner.invoke(app, ["run", *COPY, *TINY_FLAGS, "--out", str(out)])
@@ -135,7 +135,9 @@ def test_disk_full_during_a_run_is_one_line_and_leaves_no_temporary_file(
     assert "Traceback" not in result.output
     assert leftovers(tmp_path) == []
     (run_dir,) = out.iterdir()
-    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "train_history.json"]
+    # the training state stays: once there is room, the run resumes from it instead of step 0
+    names = sorted(p.name for p in run_dir.iterdir())
+    assert names == ["config.json", "train_history.json", "train_state.pt"]
 
 
 def test_disk_full_at_once_leaves_no_empty_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,8 @@
 """One run end to end: build, train short, evaluate long, write the run folder.
 
 The run folder holds ``config.json``, ``model.pt``, ``results.parquet`` (one row per evaluation
-length), ``train_history.json`` (the learning curve) and ``accuracy_vs_length.png``. Every file is
+length), ``train_history.json`` (the learning curve) and ``accuracy_vs_length.png``; while it trains,
+also ``train_state.pt``, from which a stopped run resumes (``lengthgen.harness.resume``). Every file is
 written atomically (``lengthgen.files``); a failed run (NaN loss, out of memory, an exception, a
 plugin that calls ``sys.exit``) still writes its rows with ``status = failed`` and its traceback in
 ``error.txt``, which a later successful run of the same config removes. The rows are saved after
@@ -27,6 +28,7 @@ from lengthgen.harness.evaluate import LengthResult, evaluate_length
 from lengthgen.harness.identity import backend_package, made_now, run_columns
 from lengthgen.harness.plots import plot_accuracy_vs_length
 from lengthgen.harness.results import rows_to_frame
+from lengthgen.harness.resume import STATE_FILE
 from lengthgen.harness.store import run_lock, save_rows
 from lengthgen.harness.tracking import EVAL_FIELDS, Tracker, open_tracker
 from lengthgen.harness.train import TrainResult, train
@@ -136,11 +138,14 @@ def _train_and_evaluate(
         task, model = build(config)
         model.to(device)
         base["params"] = model.num_parameters()
-        trained = train(model, task, config, device, progress=progress, tracker=tracker)
+        state_path = run_dir / STATE_FILE
+        trained = train(model, task, config, device, progress=progress, tracker=tracker,
+                        state_path=state_path)
         base.update(best_step=trained.best_step, train_seconds=trained.seconds,
                     val_exact_id=trained.val_exact_id, val_exact_8x=trained.val_exact_8x)
         atomic_write(run_dir / "train_history.json", json.dumps(trained.history, indent=1) + "\n")
         save_checkpoint(model, config, run_dir / "model.pt")
+        state_path.unlink(missing_ok=True)  # trained: a rerun starts over, as its config asks
         for factor in config.eval.factors():
             length = config.train.train_length * factor
             result = evaluate_length(model, task, length, factor, config.eval, device, progress=progress)
@@ -152,6 +157,7 @@ def _train_and_evaluate(
     except (Exception, torch.cuda.OutOfMemoryError, SystemExit) as exc:  # SystemExit: a plugin's exit
         if isinstance(exc, OSError):
             raise  # the disk, not the run: nothing more can be written
+        (run_dir / STATE_FILE).unlink(missing_ok=True)  # a retry starts over (and fails alike)
         rows.append({**base, "status": "failed", "error": record_failure(run_dir, exc),
                      "train_seconds": trained.seconds if trained else None})
     saved = save_training_rows(run_dir, rows)

@@ -3,6 +3,8 @@
 Everything random is derived from the run seed: the init (a private generator), the length of
 each step and its batch (the task's seeded stream), so a run on CPU is repeatable bit for bit.
 A NaN or infinite loss stops the run with ``TrainingDiverged`` instead of producing garbage.
+Given a state file, training saves its state at every validation and resumes from it
+(``lengthgen.harness.resume``).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import copy
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from lengthgen.config import RunConfig
 from lengthgen.harness.batches import ModelBatch, masked_loss, score
+from lengthgen.harness.resume import TrainingProgress, load_progress, save_progress
 from lengthgen.harness.tracking import Tracker
 from lengthgen.model import Transformer
 from lengthgen.progress import display
@@ -85,8 +89,10 @@ def validate(
 
 def train(
     model: Transformer, task: Task, config: RunConfig, device: torch.device, progress: bool = True,
-    tracker: Tracker | None = None,
+    tracker: Tracker | None = None, state_path: Path | None = None,
 ) -> TrainResult:
+    """Train ``model`` in place and load the selected checkpoint into it. With ``state_path``, the
+    state is saved there at every validation, and a state found there is resumed."""
     t = config.train
     tracker = tracker or Tracker()
     optimizer = torch.optim.AdamW(
@@ -94,12 +100,15 @@ def train(
     )
     lengths = train_lengths(task, config)
     val_length = t.train_length * (8 if t.selection == "8x" else 1)
-    best_exact, best_step, best_state = -1.0, 0, None
-    history: list[dict[str, float]] = []
-    start = time.perf_counter()
+    done = (load_progress(state_path, config, model, optimizer, device) if state_path else None)
+    done = done or TrainingProgress()
+    best_exact, best_step, best_state = done.best_exact, done.best_step, done.best_state
+    history: list[dict[str, float]] = done.history
+    start = time.perf_counter() - done.seconds
     model.train()
-    bar = display(t.steps, f"train {config.task}/{config.attn}", enabled=progress, unit="steps", leave=False)
-    for step in range(t.steps):
+    label = f"train {config.task}/{config.attn}" + (f" (resumed at step {done.step})" if done.step else "")
+    bar = display(t.steps, label, enabled=progress, unit="steps", leave=False, initial=done.step)
+    for step in range(done.step, t.steps):
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, config)
         data = task.sample(t.batch_size, int(lengths[step]), seed=(config.seed, step), split="train")
@@ -126,6 +135,9 @@ def train(
             if exact >= best_exact:  # ties go to the later, longer-trained checkpoint
                 best_exact, best_step = exact, step + 1
                 best_state = copy.deepcopy(model.state_dict())
+            if state_path is not None:
+                save_progress(state_path, config, model, optimizer, TrainingProgress(
+                    step + 1, time.perf_counter() - start, best_exact, best_step, best_state, history))
     bar.close()
     if best_state is not None:
         model.load_state_dict(best_state)
