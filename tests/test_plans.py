@@ -18,12 +18,13 @@ from lengthgen.config import RunConfig
 from lengthgen.errors import UserError
 from lengthgen.harness.evaluate import wilson_interval
 from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
+from lengthgen.harness.resume import STATE_FILE
 from lengthgen.leaderboard import load_rows
 from lengthgen.leaderboard.rows import prepared, runs, setting_of
 from lengthgen.leaderboard.selection import select_settings
 from lengthgen.plans.estimate import Timings
 from lengthgen.plans.execute import run_plan
-from lengthgen.plans.listing import dry_run_lines
+from lengthgen.plans.listing import dry_run_lines, missing_run_lines
 from lengthgen.plans.plan import blocks, board_run_ids, configs_at, load_plan, survey
 from lengthgen.sweeps import data_path, run_key
 
@@ -194,6 +195,23 @@ def test_the_choice_is_made_on_validation_never_on_test(tmp_path: Path) -> None:
     at_4x = Timings.from_folders(out).eval_seconds(low, (4,))
     assert at_4x is not None and at_4x > 2
     assert "train again (model.pt gone), evaluate at 4x" in again and again.endswith(f"~{64 + at_4x:.0f} s")
+
+
+def test_a_missing_run_whose_training_was_stopped_is_listed_as_resuming(tmp_path: Path) -> None:
+    plan = load_plan(write_plan(tmp_path, screen=2))
+    out = tmp_path / "board"
+    low, high = sorted(blocks(plan)[0].screening, key=lambda c: c.train.lr)
+    _fake_run(out, low, val_id=0.9, test_1x=0.25)
+    _fake_run(out, high, val_id=0.5, test_1x=1.0)
+    seed_1 = next(w.config for w in survey(plan, out)[0].work if w.kind == "seed")
+    (out / "runs" / run_key(seed_1)).mkdir(parents=True)
+    (out / "runs" / run_key(seed_1) / STATE_FILE).write_bytes(b"saved by a stopped run")
+    assert [(w.kind, w.resumes) for w in survey(plan, out)[0].work] == [("extend", False), ("seed", True)]
+    timings = Timings.from_folders(out)
+    line = next(line for line in dry_run_lines(survey(plan, out), timings) if run_key(seed_1) in line)
+    assert line.endswith("~64 s, resumes its saved training")  # the estimate still counts the whole run
+    plain = missing_run_lines([seed_1, seed_1.model_copy(update={"seed": 2})], str(out), timings)
+    assert plain[0].endswith(", resumes its saved training") and "resumes" not in plain[1]
 
 
 def _drop_factor(out: Path, config: RunConfig, factor: int) -> pd.DataFrame:

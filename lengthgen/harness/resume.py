@@ -16,13 +16,14 @@ import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from lengthgen.config import RunConfig
 from lengthgen.files import atomic_write
 from lengthgen.harness.identity import made_now
+
+if TYPE_CHECKING:
+    import torch
 
 #: The state file in a run folder while the run trains; removed once ``model.pt`` is written.
 STATE_FILE = "train_state.pt"
@@ -43,6 +44,8 @@ class TrainingProgress:
 def save_progress(path: Path, config: RunConfig, model: torch.nn.Module,
                   optimizer: torch.optim.Optimizer, progress: TrainingProgress) -> None:
     """Write the state atomically: a stop while writing leaves the previous state intact."""
+    import torch  # here, not at the top: sweep listings read STATE_FILE without loading torch
+
     state = {
         "config": config.model_dump(mode="json"),
         "made_by": _maker(),
@@ -61,6 +64,8 @@ def load_progress(path: Path, config: RunConfig, model: torch.nn.Module,
                   optimizer: torch.optim.Optimizer, device: torch.device) -> TrainingProgress | None:
     """Restore model, optimizer and RNG from ``path`` when it holds this config's state; None
     (start from step 0) when there is no such file or another config or provenance made it."""
+    import torch
+
     if not path.is_file():
         return None
     try:

@@ -10,6 +10,9 @@ from lengthgen.plans.estimate import Timings, format_seconds, total
 from lengthgen.plans.execute import pending_extensions
 from lengthgen.plans.plan import Block, BlockState, Work, configs_at, extension_factors
 
+#: Marks a missing run whose stopped training resumes (its estimate still counts the whole run).
+RESUMES = ", resumes its saved training"
+
 
 def point_label(block: Block, config: RunConfig) -> str:
     """The grid fields of ``config`` (``train.lr=0.001, train.warmup_steps=200``)."""
@@ -84,7 +87,7 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
                 runs += 1
                 what = "screening run" if work.kind == "screen" else "run"
             lines.append(f"  {what} {work.key}{f' ({label})' if label else ''}  ~{format_seconds(seconds)}"
-                         + _scaled_mark(work.config, timings, seconds))
+                         + _scaled_mark(work.config, timings, seconds) + (RESUMES if work.resumes else ""))
         later = _waiting_seconds(state, timings)
         if later:
             known, unknown = total(later)
@@ -114,11 +117,12 @@ def _chosen_config(state: BlockState) -> RunConfig:
 def missing_run_lines(configs: Sequence[RunConfig], out: str, timings: Timings,
                       retry_failed: bool = False) -> list[str]:
     """``--dry-run`` of a plain sweep: each missing run with its estimated CPU time."""
-    from lengthgen.sweeps import plan, run_key
+    from lengthgen.sweeps import plan, run_key, training_saved
 
     todo = plan(configs, out, retry_failed=retry_failed).todo
     estimates = [work_seconds(Work("screen", "", config), timings) for config in todo]
     lines = [f"run {run_key(c)}  ~{format_seconds(e)}{_scaled_mark(c, timings, e)}"
+             + (RESUMES if training_saved(out, run_key(c)) else "")
              for c, e in zip(todo, estimates, strict=True)]
     known, unknown = total(estimates)
     lines.append(f"missing: {len(todo)} of {len(configs)} runs; estimated CPU time {format_seconds(known)}"

@@ -26,6 +26,7 @@ from lengthgen.sweeps.dataset import (
     record_if_missing,
     run_key,
     run_state,
+    training_saved,
 )
 from lengthgen.sweeps.driver import LAUNCHERS, Launcher, SweepReport, check_jobs, check_launcher, run_sweep
 from lengthgen.sweeps.grid import SweepSpec, shard_of, validate_spec
@@ -41,5 +42,5 @@ __all__ = [
     "check_jobs", "check_launcher", "data_dir", "data_path", "failed_frame", "launch_local", "launch_ray",
     "new_folder", "outcome_of", "parse_choices", "parse_list", "parse_seeds", "plan", "record_if_missing",
     "run_key", "run_one", "run_state", "run_sweep", "shard_of", "sigterm_stops_cleanly", "split_settings",
-    "summarize", "terminate_workers", "validate_spec",
+    "summarize", "terminate_workers", "training_saved", "validate_spec",
 ]
