@@ -132,13 +132,13 @@ def _train_and_evaluate(
     on_length: Callable[[LengthResult], None] | None, tracker: Tracker,
 ) -> pd.DataFrame:
     torch.manual_seed(config.seed)  # only for anything a plugin draws from the global RNG
+    state_path = run_dir / STATE_FILE
     rows: list[dict[str, Any]] = []
     trained: TrainResult | None = None
     try:
         task, model = build(config)
         model.to(device)
         base["params"] = model.num_parameters()
-        state_path = run_dir / STATE_FILE
         trained = train(model, task, config, device, progress=progress, tracker=tracker,
                         state_path=state_path)
         base.update(best_step=trained.best_step, train_seconds=trained.seconds,
@@ -157,7 +157,7 @@ def _train_and_evaluate(
     except (Exception, torch.cuda.OutOfMemoryError, SystemExit) as exc:  # SystemExit: a plugin's exit
         if isinstance(exc, OSError):
             raise  # the disk, not the run: nothing more can be written
-        (run_dir / STATE_FILE).unlink(missing_ok=True)  # a retry starts over (and fails alike)
+        state_path.unlink(missing_ok=True)  # a retry starts over (and fails alike)
         rows.append({**base, "status": "failed", "error": record_failure(run_dir, exc),
                      "train_seconds": trained.seconds if trained else None})
     saved = save_training_rows(run_dir, rows)

@@ -100,8 +100,8 @@ def train(
     )
     lengths = train_lengths(task, config)
     val_length = t.train_length * (8 if t.selection == "8x" else 1)
-    done = (load_progress(state_path, config, model, optimizer, device) if state_path else None)
-    done = done or TrainingProgress()
+    saved = load_progress(state_path, config, model, optimizer, device) if state_path else None
+    done = saved or TrainingProgress()
     best_exact, best_step, best_state = done.best_exact, done.best_step, done.best_state
     history: list[dict[str, float]] = done.history
     start = time.perf_counter() - done.seconds

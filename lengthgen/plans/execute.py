@@ -26,7 +26,7 @@ from pathlib import Path
 
 from lengthgen.plans.estimate import format_seconds
 from lengthgen.plans.plan import BlockState, BoardPlan, Work, survey
-from lengthgen.sweeps import data_path, failed_frame, record_if_missing, run_one, terminate_workers
+from lengthgen.sweeps import data_path, failed_frame, record_if_missing, run_one, run_path, terminate_workers
 
 Echo = Callable[[str], None]
 
@@ -58,7 +58,7 @@ def extend_run(out: str, key: str, factors: tuple[int, ...], device: str) -> str
     from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
     from lengthgen.harness.restore import restore_run
 
-    run_dir = Path(out) / "runs" / key
+    run_dir = run_path(out, key)
     if not (run_dir / "model.pt").is_file():
         restore_run(run_dir, data_path(out, key))
     run = load_saved_run(run_dir)

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from lengthgen import limits
 from lengthgen.config import RunConfig, validation_message
 from lengthgen.errors import UserError
-from lengthgen.sweeps import SweepSpec, data_path, run_key, run_state, training_saved
+from lengthgen.sweeps import SweepSpec, data_path, run_key, run_path, run_state, training_saved
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -347,7 +347,7 @@ def survey(plan: BoardPlan, out: str | Path, retry_failed: bool = False) -> list
             wanted = extension_factors(config, block.full_max_factor)
             missing = tuple(f for f in wanted if f not in _ok_factors(data_path(root, key)))
             if missing:
-                restore = not (root / "runs" / key / "model.pt").is_file()
+                restore = not (run_path(root, key) / "model.pt").is_file()
                 state.work.append(Work("extend", block.label, config, missing, restore))
         states.append(state)
     return states

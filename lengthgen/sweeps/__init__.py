@@ -25,6 +25,7 @@ from lengthgen.sweeps.dataset import (
     plan,
     record_if_missing,
     run_key,
+    run_path,
     run_state,
     training_saved,
 )
@@ -41,6 +42,6 @@ __all__ = [
     "LAUNCHERS", "Launcher", "Plan", "RunOutcome", "RunState", "SweepReport", "SweepSpec", "SweepTerminated",
     "check_jobs", "check_launcher", "data_dir", "data_path", "failed_frame", "launch_local", "launch_ray",
     "new_folder", "outcome_of", "parse_choices", "parse_list", "parse_seeds", "plan", "record_if_missing",
-    "run_key", "run_one", "run_state", "run_sweep", "shard_of", "sigterm_stops_cleanly", "split_settings",
-    "summarize", "terminate_workers", "training_saved", "validate_spec",
+    "run_key", "run_one", "run_path", "run_state", "run_sweep", "shard_of", "sigterm_stops_cleanly",
+    "split_settings", "summarize", "terminate_workers", "training_saved", "validate_spec",
 ]

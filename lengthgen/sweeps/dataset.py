@@ -17,8 +17,8 @@ from lengthgen.harness.identity import run_key
 from lengthgen.harness.results import write_parquet_atomic
 from lengthgen.harness.resume import STATE_FILE
 
-__all__ = ["Plan", "RunState", "data_dir", "data_path", "plan", "record_if_missing", "run_key", "run_state",
-           "training_saved"]
+__all__ = ["Plan", "RunState", "data_dir", "data_path", "plan", "record_if_missing", "run_key", "run_path",
+           "run_state", "training_saved"]
 
 RunState = Literal["ok", "failed", "missing"]
 
@@ -31,9 +31,14 @@ def data_path(out: str | os.PathLike[str], key: str) -> Path:
     return data_dir(out) / f"{key}.parquet"
 
 
+def run_path(out: str | os.PathLike[str], key: str) -> Path:
+    """A run's folder (model, learning curve, state) in the sweep folder ``out``."""
+    return Path(out) / "runs" / key
+
+
 def training_saved(out: str | os.PathLike[str], key: str) -> bool:
     """A stopped run left its training state in its folder: run again, it resumes from there."""
-    return (Path(out) / "runs" / key / STATE_FILE).is_file()
+    return (run_path(out, key) / STATE_FILE).is_file()
 
 
 def run_state(path: Path) -> RunState:

@@ -14,7 +14,7 @@ from lengthgen.config import RunConfig
 from lengthgen.errors import UserError, exception_line
 from lengthgen.harness.identity import made_now, run_columns, run_key
 from lengthgen.harness.results import rows_to_frame
-from lengthgen.sweeps.dataset import data_path
+from lengthgen.sweeps.dataset import data_path, run_path
 
 __all__ = ["RunOutcome", "failed_frame", "outcome_of", "run_one"]
 
@@ -63,10 +63,10 @@ def run_one(config: RunConfig, out: str, device: str = "auto", threads: int | No
 
         torch.set_num_threads(threads)
     key = run_key(config)
-    run_dir = Path(out) / "runs" / key
+    run_dir = run_path(out, key)
     start = time.perf_counter()
     try:
-        frame = execute(config, Path(out) / "runs", device_name=device, progress=False, log=log)
+        frame = execute(config, run_dir.parent, device_name=device, progress=False, log=log)
         recorded: Path | None = run_dir / "results.parquet"
     except (OSError, UserError):
         raise
