@@ -18,7 +18,7 @@ from lengthgen.config import RunConfig
 from lengthgen.errors import UserError
 from lengthgen.harness.evaluate import wilson_interval
 from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
-from lengthgen.harness.resume import STATE_FILE
+from lengthgen.harness.resume import STATE_FILE, TrainingProgress, save_progress
 from lengthgen.leaderboard import load_rows
 from lengthgen.leaderboard.rows import prepared, runs, setting_of
 from lengthgen.leaderboard.selection import select_settings
@@ -197,21 +197,47 @@ def test_the_choice_is_made_on_validation_never_on_test(tmp_path: Path) -> None:
     assert "train again (model.pt gone), evaluate at 4x" in again and again.endswith(f"~{64 + at_4x:.0f} s")
 
 
-def test_a_missing_run_whose_training_was_stopped_is_listed_as_resuming(tmp_path: Path) -> None:
+def _stopped_at(out: Path, folder_of: RunConfig, state_of: RunConfig, step: int) -> None:
+    """A training state of ``state_of`` after ``step`` steps, in the run folder of ``folder_of``."""
+    import torch
+
+    model = torch.nn.Linear(2, 2)
+    folder = out / "runs" / run_key(folder_of)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_progress(folder / STATE_FILE, state_of, model, torch.optim.AdamW(model.parameters()),
+                  TrainingProgress(step=step))
+
+
+def test_a_missing_run_whose_training_was_stopped_is_listed_with_the_steps_left(tmp_path: Path) -> None:
     plan = load_plan(write_plan(tmp_path, screen=2))
     out = tmp_path / "board"
     low, high = sorted(blocks(plan)[0].screening, key=lambda c: c.train.lr)
     _fake_run(out, low, val_id=0.9, test_1x=0.25)
     _fake_run(out, high, val_id=0.5, test_1x=1.0)
     seed_1 = next(w.config for w in survey(plan, out)[0].work if w.kind == "seed")
-    (out / "runs" / run_key(seed_1)).mkdir(parents=True)
-    (out / "runs" / run_key(seed_1) / STATE_FILE).write_bytes(b"saved by a stopped run")
-    assert [(w.kind, w.resumes) for w in survey(plan, out)[0].work] == [("extend", False), ("seed", True)]
+    _stopped_at(out, seed_1, seed_1, step=2)
+    assert [(w.kind, w.resumes_at) for w in survey(plan, out)[0].work] == [("extend", None), ("seed", 2)]
     timings = Timings.from_folders(out)
     line = next(line for line in dry_run_lines(survey(plan, out), timings) if run_key(seed_1) in line)
-    assert line.endswith("~64 s, resumes its saved training")  # the estimate still counts the whole run
-    plain = missing_run_lines([seed_1, seed_1.model_copy(update={"seed": 2})], str(out), timings)
-    assert plain[0].endswith(", resumes its saved training") and "resumes" not in plain[1]
+    # half the training left (60 s recorded for 4 steps) and the whole evaluation (2 s per length)
+    assert line.endswith("~34 s, resumes its saved training at step 2")
+    seed_2 = seed_1.model_copy(update={"seed": 2})
+    plain = missing_run_lines([seed_1, seed_2], str(out), timings)
+    assert plain[0].endswith("~34 s, resumes its saved training at step 2")
+    assert plain[1].endswith("~64 s") and plain[2] == "missing: 2 of 2 runs; estimated CPU time 2 min"
+
+
+def test_a_state_the_run_would_not_resume_is_not_listed_as_resuming(tmp_path: Path) -> None:
+    """Another config's state, or an unreadable file, trains from step 0: listed with the whole run."""
+    plan = load_plan(write_plan(tmp_path, screen=2))
+    out = tmp_path / "board"
+    low, high = sorted(blocks(plan)[0].screening, key=lambda c: c.train.lr)
+    _stopped_at(out, low, high, step=2)
+    (out / "runs" / run_key(high)).mkdir(parents=True)
+    (out / "runs" / run_key(high) / STATE_FILE).write_bytes(b"not a training state")
+    assert [(w.kind, w.resumes_at) for w in survey(plan, out)[0].work] == [("screen", None), ("screen", None)]
+    listed = missing_run_lines([low, high], str(out), Timings.from_folders(out))
+    assert len(listed) == 3 and not any("resumes" in line for line in listed)
 
 
 def _drop_factor(out: Path, config: RunConfig, factor: int) -> pd.DataFrame:

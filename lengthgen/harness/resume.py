@@ -66,13 +66,8 @@ def load_progress(path: Path, config: RunConfig, model: torch.nn.Module,
     (start from step 0) when there is no such file or another config or provenance made it."""
     import torch
 
-    if not path.is_file():
-        return None
-    try:
-        state: dict[str, Any] = torch.load(path, map_location=device, weights_only=True)
-    except Exception:  # unreadable (not written by this module): the steps are redone, nothing lost
-        return None
-    if state.get("config") != config.model_dump(mode="json") or state.get("made_by") != _maker():
+    state = _read(path, config, device)
+    if state is None or state.get("made_by") != _maker():
         return None
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
@@ -80,6 +75,29 @@ def load_progress(path: Path, config: RunConfig, model: torch.nn.Module,
     if state["cuda_rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
     return TrainingProgress(**state["progress"])
+
+
+def saved_step(path: Path, config: RunConfig) -> int | None:
+    """The step from which ``config``'s training resumes with the state at ``path``; None when the
+    file holds no state of this config. For listings: the weights are mapped, not read, and the
+    process check is left to the run (a listing does not know the thread count its runs get)."""
+    import torch
+
+    state = _read(path, config, torch.device("cpu"), mmap=True)
+    return None if state is None else int(state["progress"]["step"])
+
+
+def _read(path: Path, config: RunConfig, device: torch.device, mmap: bool = False) -> dict[str, Any] | None:
+    """The state at ``path`` when it is readable and of ``config``."""
+    import torch
+
+    if not path.is_file():
+        return None
+    try:
+        state: dict[str, Any] = torch.load(path, map_location=device, weights_only=True, mmap=mmap)
+    except Exception:  # unreadable (not written by this module): the steps are redone, nothing lost
+        return None
+    return state if state.get("config") == config.model_dump(mode="json") else None
 
 
 def _maker() -> str:

@@ -10,8 +10,10 @@ from lengthgen.plans.estimate import Timings, format_seconds, total
 from lengthgen.plans.execute import pending_extensions
 from lengthgen.plans.plan import Block, BlockState, Work, configs_at, extension_factors
 
-#: Marks a missing run whose stopped training resumes (its estimate still counts the whole run).
-RESUMES = ", resumes its saved training"
+
+def resumes_mark(step: int | None) -> str:
+    """Marks a missing run whose stopped training resumes (its estimate counts the steps left)."""
+    return "" if step is None else f", resumes its saved training at step {step:,}"
 
 
 def point_label(block: Block, config: RunConfig) -> str:
@@ -25,6 +27,7 @@ def point_label(block: Block, config: RunConfig) -> str:
 
 
 def work_seconds(work: Work, timings: Timings) -> float | None:
+    """CPU seconds of the work: training (the steps left, for a resumed run) and evaluation."""
     if work.kind == "extend" and not work.restore:
         return timings.eval_seconds(work.config, work.factors)
     if work.kind == "extend":  # trained and tested again (to compare), then extended
@@ -33,7 +36,11 @@ def work_seconds(work: Work, timings: Timings) -> float | None:
         return None if again is None or more is None else again + more
     train = timings.train_seconds(work.config)
     test = timings.eval_seconds(work.config, work.config.eval.factors())
-    return None if train is None or test is None else train + test
+    if train is None or test is None:
+        return None
+    steps = work.config.train.steps
+    done = min(work.resumes_at or 0, steps)
+    return train * (steps - done) / steps + test if steps else test
 
 
 def _waiting_seconds(state: BlockState, timings: Timings) -> list[float | None]:
@@ -87,7 +94,7 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
                 runs += 1
                 what = "screening run" if work.kind == "screen" else "run"
             lines.append(f"  {what} {work.key}{f' ({label})' if label else ''}  ~{format_seconds(seconds)}"
-                         + _scaled_mark(work.config, timings, seconds) + (RESUMES if work.resumes else ""))
+                         + _scaled_mark(work.config, timings, seconds) + resumes_mark(work.resumes_at))
         later = _waiting_seconds(state, timings)
         if later:
             known, unknown = total(later)
@@ -117,13 +124,13 @@ def _chosen_config(state: BlockState) -> RunConfig:
 def missing_run_lines(configs: Sequence[RunConfig], out: str, timings: Timings,
                       retry_failed: bool = False) -> list[str]:
     """``--dry-run`` of a plain sweep: each missing run with its estimated CPU time."""
-    from lengthgen.sweeps import plan, run_key, training_saved
+    from lengthgen.sweeps import plan, resume_step
 
-    todo = plan(configs, out, retry_failed=retry_failed).todo
-    estimates = [work_seconds(Work("screen", "", config), timings) for config in todo]
-    lines = [f"run {run_key(c)}  ~{format_seconds(e)}{_scaled_mark(c, timings, e)}"
-             + (RESUMES if training_saved(out, run_key(c)) else "")
-             for c, e in zip(todo, estimates, strict=True)]
+    todo = [Work("screen", "", c, resumes_at=resume_step(out, c))
+            for c in plan(configs, out, retry_failed=retry_failed).todo]
+    estimates = [work_seconds(work, timings) for work in todo]
+    lines = [f"run {work.key}  ~{format_seconds(e)}{_scaled_mark(work.config, timings, e)}"
+             + resumes_mark(work.resumes_at) for work, e in zip(todo, estimates, strict=True)]
     known, unknown = total(estimates)
     lines.append(f"missing: {len(todo)} of {len(configs)} runs; estimated CPU time {format_seconds(known)}"
                  + (f" + {unknown} without a comparable recorded run" if unknown else ""))

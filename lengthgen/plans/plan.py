@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from lengthgen import limits
 from lengthgen.config import RunConfig, validation_message
 from lengthgen.errors import UserError
-from lengthgen.sweeps import SweepSpec, data_path, run_key, run_path, run_state, training_saved
+from lengthgen.sweeps import SweepSpec, data_path, resume_step, run_key, run_path, run_state
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -264,7 +264,7 @@ class Work:
     config: RunConfig
     factors: tuple[int, ...] = ()  # extend: the factors still to evaluate
     restore: bool = False  # extend: the run folder has no model.pt to evaluate
-    resumes: bool = False  # screen, seed: a stopped training left its state to resume from
+    resumes_at: int | None = None  # screen, seed: the step a stopped training resumes from
 
     @property
     def key(self) -> str:
@@ -324,7 +324,7 @@ def survey(plan: BoardPlan, out: str | Path, retry_failed: bool = False) -> list
             recorded[key] = run_state(data_path(root, key))
             if recorded[key] == "missing" or (recorded[key] == "failed" and retry_failed):
                 state.work.append(Work("screen" if block.staged else "seed", block.label, config,
-                                       resumes=training_saved(root, key)))
+                                       resumes_at=resume_step(root, config)))
         if not block.staged:
             board = list(block.screening)
         elif state.work:
@@ -339,7 +339,7 @@ def survey(plan: BoardPlan, out: str | Path, retry_failed: bool = False) -> list
             status = run_state(data_path(root, key))
             if status == "missing" or (status == "failed" and retry_failed):
                 if config.seed in block.rest_seeds:
-                    state.work.append(Work("seed", block.label, config, resumes=training_saved(root, key)))
+                    state.work.append(Work("seed", block.label, config, resumes_at=resume_step(root, config)))
                 continue
             state.board.append(key)
             if status == "failed":

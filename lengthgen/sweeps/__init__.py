@@ -24,10 +24,10 @@ from lengthgen.sweeps.dataset import (
     data_path,
     plan,
     record_if_missing,
+    resume_step,
     run_key,
     run_path,
     run_state,
-    training_saved,
 )
 from lengthgen.sweeps.driver import LAUNCHERS, Launcher, SweepReport, check_jobs, check_launcher, run_sweep
 from lengthgen.sweeps.grid import SweepSpec, shard_of, validate_spec
@@ -42,6 +42,6 @@ __all__ = [
     "LAUNCHERS", "Launcher", "Plan", "RunOutcome", "RunState", "SweepReport", "SweepSpec", "SweepTerminated",
     "check_jobs", "check_launcher", "data_dir", "data_path", "failed_frame", "launch_local", "launch_ray",
     "new_folder", "outcome_of", "parse_choices", "parse_list", "parse_seeds", "plan", "record_if_missing",
-    "run_key", "run_one", "run_path", "run_state", "run_sweep", "shard_of", "sigterm_stops_cleanly",
-    "split_settings", "summarize", "terminate_workers", "training_saved", "validate_spec",
+    "resume_step", "run_key", "run_one", "run_path", "run_state", "run_sweep", "shard_of",
+    "sigterm_stops_cleanly", "split_settings", "summarize", "terminate_workers", "validate_spec",
 ]

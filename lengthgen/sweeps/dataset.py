@@ -15,10 +15,10 @@ import pandas as pd
 from lengthgen.config import RunConfig
 from lengthgen.harness.identity import run_key
 from lengthgen.harness.results import write_parquet_atomic
-from lengthgen.harness.resume import STATE_FILE
+from lengthgen.harness.resume import STATE_FILE, saved_step
 
 __all__ = ["Plan", "RunState", "data_dir", "data_path", "plan", "record_if_missing", "run_key", "run_path",
-           "run_state", "training_saved"]
+           "resume_step", "run_state"]
 
 RunState = Literal["ok", "failed", "missing"]
 
@@ -36,9 +36,11 @@ def run_path(out: str | os.PathLike[str], key: str) -> Path:
     return Path(out) / "runs" / key
 
 
-def training_saved(out: str | os.PathLike[str], key: str) -> bool:
-    """A stopped run left its training state in its folder: run again, it resumes from there."""
-    return (run_path(out, key) / STATE_FILE).is_file()
+def resume_step(out: str | os.PathLike[str], config: RunConfig) -> int | None:
+    """The step from which a stopped run of ``config`` in the sweep folder ``out`` resumes its
+    training (its state in the run folder); None when it trains from step 0."""
+    path = run_path(out, run_key(config)) / STATE_FILE
+    return saved_step(path, config) if path.is_file() else None
 
 
 def run_state(path: Path) -> RunState:
