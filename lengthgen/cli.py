@@ -469,6 +469,7 @@ def _run_plan(plan_file: str, out: str, jobs: int, device: Device, retry_failed:
     from lengthgen import sweeps as sw
     from lengthgen.plans import execute, listing
     from lengthgen.plans.estimate import Timings
+    from lengthgen.plans.numerics import pin_numerics
     from lengthgen.plans.plan import ablations_dir, load_plan, survey
 
     plan = load_plan(plan_file)
@@ -478,6 +479,9 @@ def _run_plan(plan_file: str, out: str, jobs: int, device: Device, retry_failed:
         for line in listing.dry_run_lines(states, timings):
             typer.echo(line)
         return
+    pinned = pin_numerics(plan.numerics)  # before torch loads (the device check loads it)
+    if pinned:
+        typer.echo(pinned, err=True)
     _check_run_environment(device, None)
     out_dir = folder_for_writing(out, "--out")
     typer.echo(f"plan {plan_file}: {len(plan.sweep)} sweeps -> {out}", err=True)
@@ -559,13 +563,15 @@ def leaderboard_command(
         ablations = None if folder is None else str(folder)
         rule = rule_text(plan)
         reasons = [CellReason(*cell) for cell in plan.cell_reasons()]
+        numerics = plan.numerics
     else:
-        rule, reasons = None, None
+        rule, reasons, numerics = None, None, None
     if ablations is not None:  # checked before anything is written
         check_reasons(reasons or [], load_ablations(input_path(ablations, "--ablations")))
     written = write_leaderboard(rows, out_dir, title=title or DEFAULT_TITLE, source=results,
                                 hardware=hardware, commit=commit, ablations=ablations, plan=plan_file,
-                                plan_rule=rule, latex=latex, sources=sources, reasons=reasons)
+                                plan_rule=rule, latex=latex, sources=sources, reasons=reasons,
+                                numerics=numerics)
     for path in written:
         typer.echo(str(path))
 

@@ -6,7 +6,7 @@ import hashlib
 import json
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -165,6 +165,12 @@ def leaderboard_command(source: str, out_name: str, hardware: str | None, title:
 
 def plan_sweep_command(plan: str, sweep_dir: str) -> str:
     return f"lengthgen sweep --plan {shlex.quote(plan)} --out {shlex.quote(sweep_dir)}"
+
+
+def export_line(numerics: Mapping[str, str]) -> str:
+    """The shell line that sets a plan's numerics pin for commands run one by one (``sweep --plan``
+    sets it itself)."""
+    return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in numerics.items())
 
 
 def plan_leaderboard_command(source: str, out_name: str, plan: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from lengthgen.leaderboard.reasons import (
 )
 from lengthgen.leaderboard.reproduce import (
     eval_commands,
+    export_line,
     leaderboard_command,
     plan_leaderboard_command,
     plan_sweep_command,
@@ -172,14 +173,15 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
            hardware: str | None = None, commit: str = UNKNOWN_COMMIT, data_link: str = "data/",
            ablations: Sequence[Ablation] = (), ablations_source: str | None = None,
            plan: str | None = None, plan_rule: str | None = None, verified: str | None = None,
-           latex: bool = False, sources: Sequence[Source] = (),
-           reasons: Sequence[CellReason] | None = None) -> Rendered:
+           latex: bool = False, sources: Sequence[Source] = (), reasons: Sequence[CellReason] | None = None,
+           numerics: Mapping[str, str] | None = None) -> Rendered:
     """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows (and the ablations).
 
     With ``plan`` (the plan file's path) the Reproduce section starts with the two commands that
     rebuild the board from it, and ``plan_rule`` (how its grids became rows) joins "How to read";
     with ``reasons`` (the plan's), every chosen setting where not every seed learned is listed under
-    the effective lengths, with its reason or without one."""
+    the effective lengths, with its reason or without one; ``numerics`` (the plan's pin) is listed
+    under hardware and exported before the step-by-step commands."""
     if reasons is not None:
         check_reasons(reasons, ablations)
     rows = rows.sort_values(["task", "attn", "pos", "seed", "run_id", "factor"], kind="mergesort",
@@ -228,7 +230,10 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
                    html_page.figure(disp, disp_alt, DISPERSION_CAPTION)]
         sections.append(html_page.Section(f"task-{name}", task, tuple(blocks)))
     protocol = protocol_table(rows)
-    env = [f"device: {_values(rows['device'])}" + (f"; hardware: {hardware}" if hardware else ""),
+    pin = " ".join(f"{name}={value}" for name, value in (numerics or {}).items())
+    env = [f"device: {_values(rows['device'])}" + (f"; hardware: {hardware}" if hardware else "")
+           + (f"; numerics pinned by the plan: {pin} (`sweep --plan` sets them; other commands need them "
+              "set, as in Reproduce)" if pin else ""),
            f"lengthgen {_values(rows['lengthgen_version'])}, torch {_values(rows['torch_version'])}; "
            + _code_line(rows),
            "evaluation: a fixed test set per (task, length), independent of the training seed (paired); "
@@ -241,7 +246,9 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     resume = RESUME_PLAN if plan else RESUME
     if plan:
         commands = [plan_sweep_command(plan, source), plan_leaderboard_command(source, out_name, plan),
-                    "", "# the same runs step by step (the points the plan chose):", *steps]
+                    "", "# the same runs step by step (the points the plan chose)"
+                    + (", with the plan's numerics:" if numerics else ":"),
+                    *([export_line(numerics)] if numerics else []), *steps]
     else:
         commands = [*steps, leaderboard_command(source, out_name, hardware, title, DEFAULT_TITLE,
                                                 ablations_source)]
@@ -307,7 +314,8 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
                       ablations: str | os.PathLike[str] | None = None, plan: str | None = None,
                       plan_rule: str | None = None, latex: bool = False,
                       sources: Sequence[Source] = (),
-                      reasons: Sequence[CellReason] | None = None) -> list[Path]:
+                      reasons: Sequence[CellReason] | None = None,
+                      numerics: Mapping[str, str] | None = None) -> list[Path]:
     """Render every output, then publish them under ``out`` together (``files.publish``: built in a
     temporary folder, then moved into place); returns the paths.
 
@@ -324,5 +332,5 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
                       commit=commit if commit is not None else data_commit(data), data_link=link,
                       ablations=found, ablations_source=None if ablations is None else str(ablations),
                       plan=plan, plan_rule=plan_rule, verified=verified, latex=latex, sources=sources,
-                      reasons=reasons)
+                      reasons=reasons, numerics=numerics)
     return publish(out, rendered.files)

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from lengthgen import limits
 from lengthgen.config import RunConfig, validation_message
 from lengthgen.errors import UserError
+from lengthgen.plans.numerics import NAME
 from lengthgen.sweeps import SweepSpec, data_path, resume_step, run_key, run_path, run_state
 
 if sys.version_info >= (3, 11):
@@ -115,14 +116,24 @@ class PlanReason(_Frozen):
 
 
 class BoardPlan(_Frozen):
-    """A plan file: the board's title, hardware note, ablation folder, sweeps and the reasons of
-    the cells where not every seed learned."""
+    """A plan file: the board's title, hardware note, numerics pin, ablation folder, sweeps and the
+    reasons of the cells where not every seed learned."""
 
     title: str = "lengthgen leaderboard"
     hardware: str | None = None
+    numerics: dict[str, str] = Field(default_factory=dict, description="environment variables that pin "
+                                     "the instruction sets the runs were made with (``numerics.py``)")
     ablations: str | None = Field(None, description="folder of ablation sweeps, relative to the plan file")
     sweep: tuple[PlanSweep, ...] = Field(min_length=1)
     reason: tuple[PlanReason, ...] = ()
+
+    @field_validator("numerics")
+    @classmethod
+    def _variable_names(cls, pins: dict[str, str]) -> dict[str, str]:
+        for name in pins:
+            if not NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is no environment variable name (A-Z, 0-9, _)")
+        return pins
 
     @model_validator(mode="after")
     def _unique_names(self) -> BoardPlan:

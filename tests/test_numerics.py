@@ -1,0 +1,98 @@
+"""A plan's numerics pin: ``sweep --plan`` sets the plan's environment variables before torch loads,
+so its rows record the pinned instruction sets; a different value already set is refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from lengthgen.cli import app
+from lengthgen.errors import UserError
+from lengthgen.plans import numerics
+from lengthgen.plans.numerics import pin_numerics
+from lengthgen.plans.plan import load_plan
+
+PINS = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+PLAN = """
+title = "pinned board"
+numerics = { ATEN_CPU_CAPABILITY = "default" }
+
+[[sweep]]
+name = "mr"
+task = ["max_retrieval"]
+attn = ["softmax"]
+[sweep.set]
+"train.steps" = 2
+"train.batch_size" = 8
+"train.val_samples" = 8
+"arch.d_model" = 32
+"arch.d_ff" = 64
+"eval.samples" = 4
+"eval.min_samples" = 4
+"eval.max_factor" = 2
+"""
+
+
+def test_pins_are_set_where_the_environment_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(numerics, "READERS", ("a_module_not_loaded",))  # as in a fresh CLI process
+    env = {"MKL_ENABLE_INSTRUCTIONS": "AVX2"}  # already as pinned: kept
+    line = pin_numerics(PINS, env, machine="x86_64")
+    assert env == PINS
+    assert line == "numerics: pinned by the plan, ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2"
+
+
+def test_a_different_value_in_the_environment_is_refused() -> None:
+    env = {"ATEN_CPU_CAPABILITY": "avx512"}
+    with pytest.raises(UserError, match="pins ATEN_CPU_CAPABILITY=default but the environment sets "
+                                        "ATEN_CPU_CAPABILITY=avx512"):
+        pin_numerics(PINS, env, machine="x86_64")
+    assert env == {"ATEN_CPU_CAPABILITY": "avx512"}
+
+
+def test_a_pin_after_torch_loaded_is_refused() -> None:
+    assert "torch" in sys.modules  # this test process has loaded it
+    with pytest.raises(UserError, match="must be set before torch"):
+        pin_numerics(PINS, {}, machine="x86_64")
+    assert pin_numerics(PINS, dict(PINS), machine="x86_64")  # already set as pinned: nothing to do
+
+
+def test_other_machines_are_told_and_left_alone() -> None:
+    env: dict[str, str] = {}
+    line = pin_numerics(PINS, env, machine="aarch64")
+    assert env == {} and line is not None and "this aarch64 machine computes with its own" in line
+    assert pin_numerics({}, env, machine="x86_64") is None
+
+
+def test_a_plan_names_environment_variables_only(tmp_path: Path) -> None:
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN.replace("ATEN_CPU_CAPABILITY =", '"aten cpu" ='), encoding="utf-8")
+    with pytest.raises(UserError, match="'aten cpu' is no environment variable name"):
+        load_plan(path)
+
+
+def test_sweep_plan_runs_with_the_pinned_numerics(tmp_path: Path) -> None:
+    """End to end, in a fresh Python: the rows record the capability the plan pins, not the host's."""
+    path = tmp_path / "plan.toml"
+    path.write_text(textwrap.dedent(PLAN), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    env["OMP_NUM_THREADS"] = "1"
+    done = subprocess.run([sys.executable, "-m", "lengthgen.cli", "sweep", "--plan", str(path), "--out",
+                           str(tmp_path / "board"), "--quiet"], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "numerics: pinned by the plan, ATEN_CPU_CAPABILITY=default" in done.stderr
+    rows = pd.concat(pd.read_parquet(f) for f in (tmp_path / "board" / "data").glob("*.parquet"))
+    assert len(rows) == 2 and set(rows["cpu_isa"].str.split(",").str[0]) == {"torch DEFAULT"}
+    # the environment sets another value: one line, exit 2, nothing run
+    refused = CliRunner().invoke(app, ["sweep", "--plan", str(path), "--out", str(tmp_path / "other")],
+                                 env={"ATEN_CPU_CAPABILITY": "avx2"})
+    assert refused.exit_code == 2 and not (tmp_path / "other").exists()
+    assert "the plan pins ATEN_CPU_CAPABILITY=default but the environment sets" in refused.output
