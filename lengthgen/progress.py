@@ -4,19 +4,25 @@ tqdm redraws its bar with carriage returns, which a terminal overwrites but a lo
 1,500-step run wrote thousands of updates into a ``nohup`` log. So without a terminal on stderr,
 a long loop reports a line every tenth of the way or every 30 seconds, whichever comes first, with
 its position, rate and the figures it was given (loss, accuracy); loops meant only for a live
-display (one evaluation length) stay silent there.
+display (one evaluation length) stay silent there. A run inside a sweep shows ``"log"`` progress:
+nothing in a terminal, whose one bar is the sweep's, and a line every tenth of its training in a
+log, so a log of hour-long runs says where each stands without growing by a line every 30 s.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Protocol, TextIO
+from typing import Any, Literal, Protocol, TextIO
 
-#: A log line at least every this fraction of the loop …
-EVERY_FRACTION = 0.1
+#: A log line at least every 1/this of the loop (counted in whole steps, so exactly every tenth) …
+PARTS = 10
 #: … or every this many seconds, whichever comes first.
 EVERY_SECONDS = 30.0
+
+#: How a loop shows its progress: True (a bar in a terminal, lines in a log), False (nothing), or
+#: "log" (lines at each tenth in a log only: a run inside a sweep).
+Shown = bool | Literal["log"]
 
 
 class Progress(Protocol):
@@ -49,21 +55,22 @@ class LogLines:
     """A line now and then, never a carriage return: ``train copy/softmax: 300/1500 steps (20%),
     11.8 steps/s, loss=0.123``."""
 
-    def __init__(self, total: int, desc: str, unit: str, file: TextIO | None = None) -> None:
-        self.total, self.desc, self.unit = total, desc, unit
+    def __init__(self, total: int, desc: str, unit: str, file: TextIO | None = None,
+                 every_seconds: float | None = EVERY_SECONDS) -> None:
+        self.total, self.desc, self.unit, self.every_seconds = total, desc, unit, every_seconds
         self.file = file or sys.stderr
         self.done = self.start_done = 0
         self.postfix: dict[str, Any] = {}
         self.start = self.last_time = time.perf_counter()
-        self.last_fraction = 0.0
+        self.last_done = 0
 
     def update(self, n: int = 1) -> None:
         self.done += n
         now = time.perf_counter()
-        fraction = self.done / self.total if self.total else 1.0
-        due = fraction - self.last_fraction >= EVERY_FRACTION or now - self.last_time >= EVERY_SECONDS
-        if due or fraction >= 1.0:
-            self.last_fraction, self.last_time = fraction, now
+        due = (self.done - self.last_done) * PARTS >= self.total or (
+            self.every_seconds is not None and now - self.last_time >= self.every_seconds)
+        if due or self.done >= self.total:
+            self.last_done, self.last_time = self.done, now
             self.write(self._line(now))
 
     def _line(self, now: float) -> str:
@@ -91,18 +98,21 @@ def in_terminal(file: TextIO | None = None) -> bool:
         return False
 
 
-def display(total: int, desc: str, *, enabled: bool = True, unit: str = "it", live_only: bool = False,
+def display(total: int, desc: str, *, enabled: Shown = True, unit: str = "it", live_only: bool = False,
             leave: bool = True, initial: int = 0) -> Progress:
-    """A tqdm bar in a terminal; in a log, :class:`LogLines` (or nothing for ``live_only`` loops)."""
+    """A tqdm bar in a terminal; in a log, :class:`LogLines` (or nothing for ``live_only`` loops);
+    ``enabled="log"``: nothing in a terminal, a line every tenth of the way in a log."""
     if not enabled:
         return Silent()
     if in_terminal():
+        if enabled == "log":
+            return Silent()
         from tqdm.auto import tqdm
 
         return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, leave=leave, smoothing=0.1,
                     initial=initial)
     if live_only:
         return Silent()
-    lines = LogLines(total, desc, unit)
+    lines = LogLines(total, desc, unit, every_seconds=None if enabled == "log" else EVERY_SECONDS)
     lines.done = lines.start_done = initial
     return lines

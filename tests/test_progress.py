@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,29 @@ def test_progress_is_a_bar_only_in_a_terminal(monkeypatch: pytest.MonkeyPatch) -
     assert isinstance(progress.display(10, "x"), progress.LogLines)
     assert isinstance(progress.display(10, "x", live_only=True), progress.Silent)
     assert isinstance(progress.display(10, "x", enabled=False), progress.Silent)
+    logged = progress.display(10, "x", enabled="log")  # a run inside a sweep: lines at each tenth only
+    assert isinstance(logged, progress.LogLines) and logged.every_seconds is None
+    monkeypatch.setattr(progress, "in_terminal", lambda file=None: True)
+    assert isinstance(progress.display(10, "x", enabled="log"), progress.Silent)  # the sweep's bar is there
+
+
+def test_a_sweep_logged_to_a_file_says_where_each_run_stands(tmp_path: Path) -> None:
+    """`nohup lengthgen sweep … > log`: hour-long runs leave a line per tenth of training each."""
+    log = tmp_path / "sweep.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with log.open("w") as handle:
+        done = subprocess.run(
+            [sys.executable, "-c", "from lengthgen.cli import main; main()", "sweep", "--task", "flip_flop",
+             "--attn", "softmax", "--seeds", "0,1", "--steps", "100", "--max-factor", "2",
+             "--eval-samples", "8", "--set", "train.val_every=20",
+             "--set", "arch.d_model=32", "--set", "arch.d_ff=64", "--out", str(tmp_path / "sweep")],
+            stdout=handle, stderr=subprocess.STDOUT, env=env, timeout=600, check=False)
+    text = log.read_text(encoding="utf-8")
+    assert done.returncode == 0, text
+    for seed in (0, 1):
+        lines = re.findall(rf"train flip_flop-softmax-nape-s{seed}-[0-9a-f]{{8}}: (\d+)/100 steps.*", text)
+        assert lines == [str(n) for n in range(10, 101, 10)], text
+    assert "\r" not in text and "val=" in text
 
 
 def test_a_run_logged_to_a_file_stays_short(tmp_path: Path) -> None:
@@ -53,4 +77,4 @@ def test_a_run_logged_to_a_file_stays_short(tmp_path: Path) -> None:
     text = log.read_text(encoding="utf-8")
     assert done.returncode == 0, text
     assert "\r" not in text and len(text.splitlines()) < 25, text
-    assert "train flip_flop/softmax: 200/200 steps (100%)" in text
+    assert re.search(r"train flip_flop-softmax-nape-s0-[0-9a-f]{8}: 200/200 steps \(100%\)", text)

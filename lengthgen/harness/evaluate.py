@@ -19,7 +19,7 @@ from lengthgen.attention.backend import AttentionStats
 from lengthgen.config import EvalConfig
 from lengthgen.harness.batches import ModelBatch, score
 from lengthgen.model import Transformer
-from lengthgen.progress import display
+from lengthgen.progress import Shown, display
 from lengthgen.tasks.base import Task
 
 TEST_SEED = 0
@@ -68,7 +68,7 @@ def test_batches(task: Task, length: int, n: int, batch_tokens: int,
 @torch.no_grad()
 def evaluate_length(
     model: Transformer, task: Task, length: int, factor: int, config: EvalConfig,
-    device: torch.device, n_samples: int | None = None, progress: bool = True,
+    device: torch.device, n_samples: int | None = None, progress: Shown = True,
 ) -> LengthResult:
     model.eval()
     tokens = sequence_tokens(task, length)

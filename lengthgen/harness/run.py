@@ -33,6 +33,7 @@ from lengthgen.harness.store import run_lock, save_rows
 from lengthgen.harness.tracking import EVAL_FIELDS, Tracker, open_tracker
 from lengthgen.harness.train import TrainResult, train
 from lengthgen.model import Transformer
+from lengthgen.progress import Shown
 from lengthgen.tasks import get_task
 from lengthgen.tasks.base import Task
 
@@ -96,7 +97,7 @@ def execute(
     config: RunConfig,
     out_dir: str | Path,
     device_name: str = "auto",
-    progress: bool = True,
+    progress: Shown = True,
     on_length: Callable[[LengthResult], None] | None = None,
     log: str | None = None,
 ) -> pd.DataFrame:
@@ -128,7 +129,7 @@ def save_training_rows(run_dir: Path, rows: list[dict[str, Any]]) -> pd.DataFram
 
 
 def _train_and_evaluate(
-    config: RunConfig, run_dir: Path, base: dict[str, Any], device: torch.device, progress: bool,
+    config: RunConfig, run_dir: Path, base: dict[str, Any], device: torch.device, progress: Shown,
     on_length: Callable[[LengthResult], None] | None, tracker: Tracker,
 ) -> pd.DataFrame:
     torch.manual_seed(config.seed)  # only for anything a plugin draws from the global RNG

@@ -20,10 +20,11 @@ import torch
 
 from lengthgen.config import RunConfig
 from lengthgen.harness.batches import ModelBatch, masked_loss, score
+from lengthgen.harness.identity import run_key
 from lengthgen.harness.resume import TrainingProgress, load_progress, save_progress
 from lengthgen.harness.tracking import Tracker
 from lengthgen.model import Transformer
-from lengthgen.progress import display
+from lengthgen.progress import Shown, display
 from lengthgen.tasks.base import Task
 
 #: Seed component that separates the validation stream from the test stream (seed 0, eval split).
@@ -88,7 +89,7 @@ def validate(
 
 
 def train(
-    model: Transformer, task: Task, config: RunConfig, device: torch.device, progress: bool = True,
+    model: Transformer, task: Task, config: RunConfig, device: torch.device, progress: Shown = True,
     tracker: Tracker | None = None, state_path: Path | None = None,
 ) -> TrainResult:
     """Train ``model`` in place and load the selected checkpoint into it. With ``state_path``, the
@@ -106,7 +107,7 @@ def train(
     history: list[dict[str, float]] = done.history
     start = time.perf_counter() - done.seconds
     model.train()
-    label = f"train {config.task}/{config.attn}" + (f" (resumed at step {done.step})" if done.step else "")
+    label = f"train {run_key(config)}" + (f" (resumed at step {done.step})" if done.step else "")
     bar = display(t.steps, label, enabled=progress, unit="steps", leave=False, initial=done.step)
     for step in range(done.step, t.steps):
         for group in optimizer.param_groups:
@@ -124,7 +125,8 @@ def train(
         if step % 10 == 0 or step == t.steps - 1:
             acc = score(logits.detach(), batch)
             token_acc = acc.tokens_right / max(1, acc.tokens_scored)
-            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{token_acc:.3f}")
+            validated = {"val": f"{history[-1]['val_exact']:.3f}"} if history else {}
+            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{token_acc:.3f}", **validated)
             tracker.train_step(step + 1, float(loss.item()), optimizer.param_groups[0]["lr"])
         bar.update(1)
         last = step == t.steps - 1

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from lengthgen.plans.estimate import format_seconds
 from lengthgen.plans.plan import BlockState, BoardPlan, Work, survey
+from lengthgen.progress import Shown
 from lengthgen.sweeps import data_path, failed_frame, record_if_missing, run_one, run_path, terminate_workers
 
 Echo = Callable[[str], None]
@@ -70,8 +71,9 @@ def extend_run(out: str, key: str, factors: tuple[int, ...], device: str) -> str
     return None
 
 
-def do_work(work: Work, out: str, device: str, threads: int | None = None) -> Done:
-    """One piece of work, in the driver or in a pool process; never raises for a failing run."""
+def do_work(work: Work, out: str, device: str, threads: int | None = None, progress: Shown = False) -> Done:
+    """One piece of work, in the driver or in a pool process; never raises for a failing run.
+    ``progress="log"``: a line every tenth of a run's training in a log."""
     if threads:
         import torch
 
@@ -83,7 +85,7 @@ def do_work(work: Work, out: str, device: str, threads: int | None = None) -> Do
         except Exception as exc:  # a model that cannot be loaded or restored: report it, go on
             error = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return Done(work, "failed" if error else "ok", error, time.perf_counter() - start)
-    outcome, _ = run_one(work.config, out, device)
+    outcome, _ = run_one(work.config, out, device, progress=progress)
     return Done(work, outcome.status, outcome.error, time.perf_counter() - start)
 
 
@@ -125,6 +127,7 @@ def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "
 
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
     threads = max(1, (os.cpu_count() or 1) // jobs) if pool else None
+    shown: Shown = "log" if progress else False  # each run's training, in a log; the bar holds a terminal
     bar = tqdm(total=0, desc="plan", unit="piece", dynamic_ncols=True, smoothing=0.1,
                disable=not (progress and sys.stderr.isatty()))
     say = bar.write if not bar.disable else (echo or (lambda line: None))
@@ -147,11 +150,11 @@ def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "
                 if not ready:
                     break
                 tried.add((ready[0].kind, ready[0].key))
-                finished(do_work(ready[0], root, device))
+                finished(do_work(ready[0], root, device, progress=shown))
                 continue
             for work in ready[:jobs - len(running)]:
                 tried.add((work.kind, work.key))
-                running[pool.submit(do_work, work, root, device, threads)] = work
+                running[pool.submit(do_work, work, root, device, threads, shown)] = work
             if not running:
                 break
             completed, _ = wait(list(running), return_when=FIRST_COMPLETED)

@@ -98,7 +98,7 @@ def _run_sweep(configs: Sequence[RunConfig], root: str, launcher: Launcher, devi
 
     try:
         if launcher == "local":
-            launch_local(todo_plan.todo, root, device, jobs or 1, on_done, log)
+            launch_local(todo_plan.todo, root, device, jobs or 1, on_done, log, "log" if progress else False)
         else:
             launch_ray(todo_plan.todo, root, device, jobs, ray_address, on_done, log)
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from lengthgen.config import RunConfig
 from lengthgen.errors import UserError, exception_line
+from lengthgen.progress import Shown
 from lengthgen.sweeps.dataset import record_if_missing, run_key
 from lengthgen.sweeps.worker import RunOutcome, failed_frame, outcome_of, run_one
 
@@ -18,16 +19,16 @@ OnDone = Callable[[RunOutcome], None]
 
 
 def _pool_worker(config: RunConfig, out: str, device: str, threads: int | None, cwd: str,
-                 log: str | None) -> RunOutcome:
-    return run_one(config, out, device, threads, cwd, log)[0]
+                 log: str | None, progress: Shown) -> RunOutcome:
+    return run_one(config, out, device, threads, cwd, log, progress)[0]
 
 
 def launch_local(todo: Sequence[RunConfig], out: str, device: str, jobs: int, on_done: OnDone,
-                 log: str | None = None) -> None:
+                 log: str | None = None, progress: Shown = False) -> None:
     """In this process (jobs = 1) or in a pool of ``jobs`` processes sharing the cores."""
     if jobs <= 1:
         for config in todo:
-            on_done(run_one(config, out, device, log=log)[0])
+            on_done(run_one(config, out, device, log=log, progress=progress)[0])
         return
     import multiprocessing
     from concurrent.futures import as_completed
@@ -35,7 +36,7 @@ def launch_local(todo: Sequence[RunConfig], out: str, device: str, jobs: int, on
     threads = max(1, (os.cpu_count() or 1) // jobs)
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
     try:
-        futures = {pool.submit(_pool_worker, c, out, device, threads, os.getcwd(), log): c
+        futures = {pool.submit(_pool_worker, c, out, device, threads, os.getcwd(), log, progress): c
                    for c in todo}
         for future in as_completed(futures):
             try:

@@ -14,6 +14,7 @@ from lengthgen.config import RunConfig
 from lengthgen.errors import UserError, exception_line
 from lengthgen.harness.identity import made_now, run_columns, run_key
 from lengthgen.harness.results import rows_to_frame
+from lengthgen.progress import Shown
 from lengthgen.sweeps.dataset import data_path, run_path
 
 __all__ = ["RunOutcome", "failed_frame", "outcome_of", "run_one"]
@@ -44,14 +45,17 @@ def failed_frame(config: RunConfig, exc: BaseException | str) -> pd.DataFrame:
 
 
 def run_one(config: RunConfig, out: str, device: str = "auto", threads: int | None = None,
-            cwd: str | None = None, log: str | None = None) -> tuple[RunOutcome, pd.DataFrame]:
+            cwd: str | None = None, log: str | None = None,
+            progress: Shown = False) -> tuple[RunOutcome, pd.DataFrame]:
     """Execute one run and record it in the dataset; never raises for a failing run (only for a
     file system that cannot take its results: no space, no permission, and for a
     :class:`~lengthgen.errors.UserError` that every run would meet, such as a tracker that cannot
     start). The data file mirrors the run's ``results.parquet``, written under the run's lock, so
     rows that ``lengthgen eval`` added meanwhile are kept.
 
-    ``cwd`` lets a worker resolve relative ``file.py:Class`` plugin specs like the driver did.
+    ``cwd`` lets a worker resolve relative ``file.py:Class`` plugin specs like the driver did;
+    ``progress="log"`` writes a line every tenth of the training to a log (the sweep's bar holds a
+    terminal).
     """
     from lengthgen.harness.run import execute, record_failure
     from lengthgen.harness.store import current_rows, run_lock, save_rows
@@ -66,7 +70,7 @@ def run_one(config: RunConfig, out: str, device: str = "auto", threads: int | No
     run_dir = run_path(out, key)
     start = time.perf_counter()
     try:
-        frame = execute(config, run_dir.parent, device_name=device, progress=False, log=log)
+        frame = execute(config, run_dir.parent, device_name=device, progress=progress, log=log)
         recorded: Path | None = run_dir / "results.parquet"
     except (OSError, UserError):
         raise
