@@ -124,12 +124,13 @@ def test_plan_flags_that_the_plan_sets_are_refused(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "no such file" in missing.output
 
 
-def test_the_plan_does_the_missing_work_and_nothing_else(tmp_path: Path) -> None:
+def test_the_plan_does_the_missing_work_and_nothing_else(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """Screening on seed 0 up to 2x, seed 1 only at the chosen point, every chosen run evaluated to
     the full 4x, a single-setting sweep as it is; run again, nothing happens."""
     plan = load_plan(write_plan(tmp_path, screen=2))
     out = tmp_path / "board"
-    report = run_plan(plan, out, progress=False)
+    report = run_plan(plan, out, progress=True)  # stderr is no terminal here: progress as in a log
     assert not report.failed and report.remaining == 0
     ff, mr = blocks(plan)
     assert [c.seed for c in ff.screening] == [0, 0] and {c.eval.max_factor for c in ff.screening} == {2}
@@ -153,6 +154,13 @@ def test_the_plan_does_the_missing_work_and_nothing_else(tmp_path: Path) -> None
     kinds = [(d.work.kind, d.work.config.task, d.work.config.seed) for d in report.done]
     assert kinds == [("seed", "max_retrieval", 0), ("screen", "flip_flop", 0), ("screen", "flip_flop", 0),
                      ("extend", "flip_flop", 0), ("seed", "flip_flop", 1), ("extend", "flip_flop", 1)]
+    # the log says where each piece stands: its run's training, the lengths an extension evaluated
+    log = capsys.readouterr().err
+    for done in report.done:
+        steps = done.work.config.train.steps
+        expected = (f"evaluate {done.work.key}: 4x done, 1/1 lengths" if done.work.kind == "extend"
+                    else f"train {done.work.key}: {steps}/{steps} steps (100%)")
+        assert expected in log, log
     again = run_plan(plan, out, progress=False)
     assert again.done == [] and again.remaining == 0
     lines = dry_run_lines(survey(plan, out), Timings.from_folders(out))

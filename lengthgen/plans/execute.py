@@ -26,7 +26,7 @@ from pathlib import Path
 
 from lengthgen.plans.estimate import format_seconds
 from lengthgen.plans.plan import BlockState, BoardPlan, Work, survey
-from lengthgen.progress import Shown
+from lengthgen.progress import Shown, in_terminal
 from lengthgen.sweeps import data_path, failed_frame, record_if_missing, run_one, run_path, terminate_workers
 
 Echo = Callable[[str], None]
@@ -53,9 +53,11 @@ class PlanReport:
         return [d for d in self.done if d.status != "ok"]
 
 
-def extend_run(out: str, key: str, factors: tuple[int, ...], device: str) -> str | None:
+def extend_run(out: str, key: str, factors: tuple[int, ...], device: str,
+               progress: Shown = False) -> str | None:
     """Evaluate a recorded run at more factors, one length at a time (each kept as it completes),
-    training it again first if its model is gone; returns the error that stopped it, if any."""
+    training it again first if its model is gone; returns the error that stopped it, if any.
+    ``progress="log"``: a line per length done in a log (one MQMTAR length can take 15 minutes)."""
     from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
     from lengthgen.harness.restore import restore_run
 
@@ -63,11 +65,15 @@ def extend_run(out: str, key: str, factors: tuple[int, ...], device: str) -> str
     if not (run_dir / "model.pt").is_file():
         restore_run(run_dir, data_path(out, key))
     run = load_saved_run(run_dir)
-    for factor in factors:
+    for done, factor in enumerate(factors, start=1):
+        start = time.perf_counter()
         plan = plan_evaluation(run, max_factor=factor)
         outcome = run_evaluation(plan, [factor], device_name=device, progress=False)
         if outcome.error:
             return f"at {factor}x: {outcome.error}"
+        if progress == "log" and not in_terminal():
+            print(f"evaluate {key}: {factor}x done, {done}/{len(factors)} lengths "
+                  f"({format_seconds(time.perf_counter() - start)})", file=sys.stderr, flush=True)
     return None
 
 
@@ -81,7 +87,7 @@ def do_work(work: Work, out: str, device: str, threads: int | None = None, progr
     start = time.perf_counter()
     if work.kind == "extend":
         try:
-            error = extend_run(out, work.key, work.factors, device)
+            error = extend_run(out, work.key, work.factors, device, progress)
         except Exception as exc:  # a model that cannot be loaded or restored: report it, go on
             error = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return Done(work, "failed" if error else "ok", error, time.perf_counter() - start)
