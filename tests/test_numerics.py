@@ -21,6 +21,9 @@ from lengthgen.plans.plan import load_plan
 
 PINS = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
+#: A plan of one tiny run (its settings on one line: TOML's inline table).
+SETTINGS = {"train.steps": 2, "train.batch_size": 8, "train.val_samples": 8, "arch.d_model": 32,
+            "arch.d_ff": 64, "eval.samples": 4, "eval.min_samples": 4, "eval.max_factor": 2}
 PLAN = """
 title = "pinned board"
 numerics = { ATEN_CPU_CAPABILITY = "default" }
@@ -29,16 +32,7 @@ numerics = { ATEN_CPU_CAPABILITY = "default" }
 name = "mr"
 task = ["max_retrieval"]
 attn = ["softmax"]
-[sweep.set]
-"train.steps" = 2
-"train.batch_size" = 8
-"train.val_samples" = 8
-"arch.d_model" = 32
-"arch.d_ff" = 64
-"eval.samples" = 4
-"eval.min_samples" = 4
-"eval.max_factor" = 2
-"""
+""" + "set = { " + ", ".join(f'"{key}" = {value}' for key, value in SETTINGS.items()) + " }\n"
 
 
 def test_pins_are_set_where_the_environment_has_none(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,36 +45,34 @@ def test_progress_is_a_bar_only_in_a_terminal(monkeypatch: pytest.MonkeyPatch) -
     assert isinstance(progress.display(10, "x", enabled="log"), progress.Silent)  # the sweep's bar is there
 
 
-def test_a_sweep_logged_to_a_file_says_where_each_run_stands(tmp_path: Path) -> None:
-    """`nohup lengthgen sweep … > log`: hour-long runs leave a line per tenth of training each."""
-    log = tmp_path / "sweep.log"
+def _logged(tmp_path: Path, *args: str) -> str:
+    """What ``lengthgen ARGS`` (a tiny flip_flop model) writes with stdout and stderr in a file."""
+    log = tmp_path / "command.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with log.open("w") as handle:
         done = subprocess.run(
-            [sys.executable, "-c", "from lengthgen.cli import main; main()", "sweep", "--task", "flip_flop",
-             "--attn", "softmax", "--seeds", "0,1", "--steps", "100", "--max-factor", "2",
-             "--eval-samples", "8", "--set", "train.val_every=20",
-             "--set", "arch.d_model=32", "--set", "arch.d_ff=64", "--out", str(tmp_path / "sweep")],
+            [sys.executable, "-c", "from lengthgen.cli import main; main()", *args, "--task", "flip_flop",
+             "--attn", "softmax", "--set", "arch.d_model=32", "--set", "arch.d_ff=64"],
             stdout=handle, stderr=subprocess.STDOUT, env=env, timeout=600, check=False)
     text = log.read_text(encoding="utf-8")
     assert done.returncode == 0, text
+    assert "\r" not in text
+    return text
+
+
+def test_a_sweep_logged_to_a_file_says_where_each_run_stands(tmp_path: Path) -> None:
+    """`nohup lengthgen sweep … > log`: hour-long runs leave a line per tenth of training each."""
+    text = _logged(tmp_path, "sweep", "--seeds", "0,1", "--steps", "100", "--max-factor", "2",
+                   "--eval-samples", "8", "--set", "train.val_every=20", "--out", str(tmp_path / "sweep"))
     for seed in (0, 1):
         lines = re.findall(rf"train flip_flop-softmax-nape-s{seed}-[0-9a-f]{{8}}: (\d+)/100 steps.*", text)
         assert lines == [str(n) for n in range(10, 101, 10)], text
-    assert "\r" not in text and "val=" in text
+    assert "val=" in text
 
 
 def test_a_run_logged_to_a_file_stays_short(tmp_path: Path) -> None:
     """`nohup lengthgen run … > log`: one header, a line per tenth of training, the table."""
-    log = tmp_path / "run.log"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with log.open("w") as handle:
-        done = subprocess.run(
-            [sys.executable, "-c", "from lengthgen.cli import main; main()", "run", "--task", "flip_flop",
-             "--attn", "softmax", "--steps", "200", "--max-factor", "4", "--eval-samples", "16",
-             "--set", "arch.d_model=32", "--set", "arch.d_ff=64", "--out", str(tmp_path / "runs")],
-            stdout=handle, stderr=subprocess.STDOUT, env=env, timeout=600, check=False)
-    text = log.read_text(encoding="utf-8")
-    assert done.returncode == 0, text
-    assert "\r" not in text and len(text.splitlines()) < 25, text
+    text = _logged(tmp_path, "run", "--steps", "200", "--max-factor", "4", "--eval-samples", "16",
+                   "--out", str(tmp_path / "runs"))
+    assert len(text.splitlines()) < 25, text
     assert re.search(r"train flip_flop-softmax-nape-s0-[0-9a-f]{8}: 200/200 steps \(100%\)", text)
