@@ -14,6 +14,7 @@ import argparse
 import statistics
 import time
 import warnings
+from typing import Any
 from unittest import mock
 
 import torch
@@ -33,8 +34,10 @@ def _switched_off() -> None:
 WITHOUT_KERNEL = Kernel(entmax_rows.KERNEL.what, _switched_off, lambda kernel: None)
 
 
-def step_ms(task_name: str, attn: str, length: int, repeats: int) -> float:
-    config = build_run_config(task_name, attn, overrides={"train.train_length": length})
+def step_ms(task_name: str, attn: str, length: int, repeats: int, preset: str = "quick",
+            overrides: dict[str, Any] | None = None) -> float:
+    config = build_run_config(task_name, attn, preset=preset,
+                              overrides={**(overrides or {}), "train.train_length": length})
     task, model = build(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     batch = ModelBatch.from_task(task.sample(config.train.batch_size, length, seed=0, split="train"), "cpu")
