@@ -256,7 +256,8 @@ def _drop_factor(out: Path, config: RunConfig, factor: int) -> pd.DataFrame:
     return rows[rows["factor"] == factor].reset_index(drop=True)
 
 
-def test_a_run_whose_model_is_gone_is_trained_again_checked_and_extended(tmp_path: Path) -> None:
+def test_a_run_whose_model_is_gone_is_trained_again_checked_and_extended(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A fresh clone holds data/, not model.pt: the plan retrains the run, extends it only when
     the retrained model reproduces the recorded rows, and the new length is the one it had."""
     plan = load_plan(write_plan(tmp_path, screen=2))
@@ -268,8 +269,12 @@ def test_a_run_whose_model_is_gone_is_trained_again_checked_and_extended(tmp_pat
     shutil.rmtree(out / "runs" / key)
     [work] = [w for s in survey(plan, out) for w in s.work]
     assert (work.kind, work.key, work.factors, work.restore) == ("extend", key, (4,), True)
-    report = run_plan(plan, out, progress=False)
+    capsys.readouterr()
+    report = run_plan(plan, out, progress=True)  # stderr is no terminal here: progress as in a log
     assert not report.failed and report.remaining == 0
+    log = capsys.readouterr().err  # the retraining's lines, then the length it evaluated
+    steps = config.train.steps
+    assert log.index(f"train {key}: {steps}/{steps} steps") < log.index(f"evaluate {key}: 4x done")
     assert (out / "runs" / key / "model.pt").is_file()
     assert not list((out / "runs").glob(".restore-*"))  # the scratch folder is gone
     assert ok_factors(out, config) == [1, 2, 4]

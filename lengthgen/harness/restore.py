@@ -25,14 +25,15 @@ from lengthgen.harness.verify import (
     recorded_threads,
     rederive,
 )
+from lengthgen.progress import Shown
 
 
-def restore_run(run_dir: Path, recorded: Path) -> str:
+def restore_run(run_dir: Path, recorded: Path, progress: Shown = False) -> str:
     """Retrain the run of ``run_dir`` from the rows in ``recorded`` (its data file) on the device
     and thread count they record, and put the folder in place, the recorded rows as its results;
     returns the warning that metrics were compared within the tolerance ("" when bitwise). A folder
     without ``model.pt`` at ``run_dir`` (a training that stopped) is replaced. Raises a one-line
-    ``UserError`` when it cannot."""
+    ``UserError`` when it cannot. ``progress``: the retraining's, as ``execute`` shows it."""
     run_id = run_dir.name
     published = published_runs(recorded).get(run_id)
     if published is None:
@@ -46,7 +47,7 @@ def restore_run(run_dir: Path, recorded: Path) -> str:
     scratch = Path(tempfile.mkdtemp(prefix=f".restore-{run_id}-", dir=run_dir.parent))
     try:
         device = str(published["device"].iloc[0])
-        new = rederive(config, [], scratch, device, recorded_threads(published))
+        new = rederive(config, [], scratch, device, recorded_threads(published), progress)
         difference, warning = compare(own, new)
         if difference is not None:
             raise UserError(f"{run_id} trained again does not reproduce its recorded rows ({difference}); "

@@ -42,6 +42,7 @@ from lengthgen.errors import UserError
 from lengthgen.files import atomic_write
 from lengthgen.harness.identity import run_key
 from lengthgen.harness.results import check_results_file, load_results, results_files, results_source
+from lengthgen.progress import Shown
 from lengthgen.registry import RegistryError, reading_data
 
 #: Compared exactly: what identifies a row and what was counted.
@@ -132,7 +133,7 @@ def plugin_problem(config: RunConfig) -> str:
 
 @reading_data()  # the names come from the rows: data
 def rederive(config: RunConfig, factors: list[int], work: Path, device: str,
-             threads: int | None) -> pd.DataFrame:
+             threads: int | None, progress: Shown = False) -> pd.DataFrame:
     """Train the config in ``work`` and evaluate it at ``factors`` (past its ``max_factor`` too)."""
     from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
     from lengthgen.harness.run import execute
@@ -141,7 +142,7 @@ def rederive(config: RunConfig, factors: list[int], work: Path, device: str,
     if threads:
         torch.set_num_threads(threads)
     try:
-        rows = execute(config, work, device_name=device, progress=False)
+        rows = execute(config, work, device_name=device, progress=progress)
         extra = [f for f in factors if f > config.eval.max_factor]
         if extra and (rows["status"] == "ok").all():
             saved = load_saved_run(work / run_key(config))

@@ -57,13 +57,14 @@ def extend_run(out: str, key: str, factors: tuple[int, ...], device: str,
                progress: Shown = False) -> str | None:
     """Evaluate a recorded run at more factors, one length at a time (each kept as it completes),
     training it again first if its model is gone; returns the error that stopped it, if any.
-    ``progress="log"``: a line per length done in a log (one MQMTAR length can take 15 minutes)."""
+    ``progress="log"``: in a log, the retraining's lines and a line per length done (one MQMTAR
+    length can take 15 minutes)."""
     from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
     from lengthgen.harness.restore import restore_run
 
     run_dir = run_path(out, key)
     if not (run_dir / "model.pt").is_file():
-        restore_run(run_dir, data_path(out, key))
+        restore_run(run_dir, data_path(out, key), progress)
     run = load_saved_run(run_dir)
     for done, factor in enumerate(factors, start=1):
         start = time.perf_counter()
