@@ -384,7 +384,7 @@ def sweep_command(
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Redo runs recorded as failed."),
     shard: str | None = typer.Option(None, "--shard", help="I/N: every N-th run from the I-th (0-based)."),
     log: Log | None = typer.Option(None, "--log", help=LOG_HELP),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress output (bar, or lines in a log)."),
     plan_file: str | None = typer.Option(
         None, "--plan", help="A leaderboard plan (TOML): run exactly the runs it still misses."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List missing runs, CPU time; run nothing."),
