@@ -361,9 +361,9 @@ def _evaluate_one(plan: Any, redo: bool, device: Device, log: Log | None, quiet:
 def sweep_command(
     tasks: str | None = typer.Option(None, "--task", help="Comma-separated tasks (see `lengthgen tasks`)."),
     attns: str | None = typer.Option(None, "--attn", help="Comma-separated backends (`lengthgen attns`)."),
-    positions: str | None = typer.Option(None, "--pos", help="Position schemes [default: nape]."),
-    seeds: str | None = typer.Option(None, "--seeds", help="Seeds: 0,1,2 or a range 0-4 [default: 0]."),
-    preset: str | None = typer.Option(None, "--preset", help=PRESET_HELP + " [default: quick]"),
+    positions: str | None = typer.Option(None, "--pos", help=r"Position schemes \[default: nape]."),
+    seeds: str | None = typer.Option(None, "--seeds", help=r"Seeds: 0,1,2 or a range 0-4 \[default: 0]."),
+    preset: str | None = typer.Option(None, "--preset", help=PRESET_HELP + r" \[default: quick]"),
     steps: int | None = typer.Option(None, "--steps", help="Training steps (overrides the preset)."),
     max_factor: int | None = typer.Option(None, "--max-factor", help="Evaluate up to L·this (power of 2)."),
     eval_samples: int | None = typer.Option(None, "--eval-samples", help="Samples per length (the most)."),
@@ -516,7 +516,7 @@ def leaderboard_command(
                                                   "more folders are submissions, each labelled with its "
                                                   "source (source.toml, SOURCE.md or its name)."),
     out: str = typer.Option(..., "--out", help="Folder for README.md, leaderboard.csv/.html and plots/."),
-    title: str | None = typer.Option(None, "--title", help="Page title [default: lengthgen leaderboard]."),
+    title: str | None = typer.Option(None, "--title", help=r"Page title \[default: lengthgen leaderboard]."),
     hardware: str | None = typer.Option(None, "--hardware", help="Hardware note for the README."),
     commit: str | None = typer.Option(
         None, "--commit", envvar="LENGTHGEN_COMMIT",
@@ -604,7 +604,7 @@ def plot_command(
 def verify_command(
     path: str = typer.Argument(..., help="A run folder, sweep folder (its data/) or results file."),
     sample: int | None = typer.Option(None, "--sample", help="Re-derive this many runs, drawn at random "
-                                                              "with --seed [default: all]."),
+                                                              r"with --seed \[default: all]."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sampler."),
     device: Device = typer.Option("cpu", "--device"),
     trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),

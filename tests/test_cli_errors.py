@@ -189,6 +189,20 @@ def test_click_errors_are_one_line(args: list[str], expected: str) -> None:
     one_line_exit_2(runner.invoke(app, args), expected)
 
 
+@pytest.mark.parametrize("command, defaults", [
+    ("sweep", ["[default: nape]", "[default: 0]", "[default: quick]"]),
+    ("leaderboard", ["[default: lengthgen leaderboard]"]),
+    ("verify", ["[default: all]"]),
+])
+def test_help_shows_the_defaults_an_option_fills_in_later(command: str, defaults: list[str]) -> None:
+    """Options that default to None name their effective default in the help, which the help's
+    markup would take for a tag unless escaped."""
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0
+    for default in defaults:
+        assert default in result.output, result.output
+
+
 # -- results files that cannot be used ------------------------------------------------------------
 def bad_results_folder(root: Path) -> dict[str, Path]:
     """One good results file and five bad ones next to it."""
