@@ -167,10 +167,15 @@ def plan_sweep_command(plan: str, sweep_dir: str) -> str:
     return f"lengthgen sweep --plan {shlex.quote(plan)} --out {shlex.quote(sweep_dir)}"
 
 
+def pin_text(numerics: Mapping[str, str]) -> str:
+    """A plan's numerics pin as shell assignments (``ATEN_CPU_CAPABILITY=avx2 …``)."""
+    return " ".join(f"{name}={shlex.quote(value)}" for name, value in numerics.items())
+
+
 def export_line(numerics: Mapping[str, str]) -> str:
     """The shell line that sets a plan's numerics pin for commands run one by one (``sweep --plan``
     sets it itself)."""
-    return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in numerics.items())
+    return "export " + pin_text(numerics)
 
 
 def plan_leaderboard_command(source: str, out_name: str, plan: str) -> str:

@@ -42,6 +42,7 @@ from lengthgen.leaderboard.reproduce import (
     eval_commands,
     export_line,
     leaderboard_command,
+    pin_text,
     plan_leaderboard_command,
     plan_sweep_command,
     sweep_commands,
@@ -230,7 +231,7 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
                    html_page.figure(disp, disp_alt, DISPERSION_CAPTION)]
         sections.append(html_page.Section(f"task-{name}", task, tuple(blocks)))
     protocol = protocol_table(rows)
-    pin = " ".join(f"{name}={value}" for name, value in (numerics or {}).items())
+    pin = pin_text(numerics or {})
     env = [f"device: {_values(rows['device'])}" + (f"; hardware: {hardware}" if hardware else "")
            + (f"; numerics pinned by the plan: {pin} (`sweep --plan` sets them; other commands need them "
               "set, as in Reproduce)" if pin else ""),
