@@ -167,16 +167,18 @@ def test_the_plan_does_the_missing_work_and_nothing_else(tmp_path: Path,
     assert lines[-1] == "nothing missing: every run of the plan is recorded"
 
 
-def _fake_run(out: Path, config: RunConfig, val_id: float, test_1x: float) -> None:
-    """A recorded run with a given 1x validation and 1x test exact match (no training)."""
+def _fake_run(out: Path, config: RunConfig, val_id: float, test_1x: float, val_8x: float = 0.0,
+              factors: tuple[int, ...] | None = None) -> None:
+    """A recorded run with a given 1x (and 8x) validation and 1x test exact match (no training),
+    tested at its config's factors or at ``factors`` (a run extended since)."""
     lo, hi = wilson_interval(round(test_1x * 4), 4)
     rows = [{"run_id": run_key(config), "task": config.task, "attn": config.attn, "pos": config.pos,
              "seed": config.seed, "preset": config.preset, "train_length": config.train.train_length,
              "eval_length": config.train.train_length * f, "factor": f, "n_samples": 4,
              "exact_match": test_1x, "exact_match_lo": lo, "exact_match_hi": hi, "steps": config.train.steps,
-             "val_exact_id": val_id, "val_exact_8x": 0.0, "train_seconds": 60.0, "eval_seconds": 2.0,
+             "val_exact_id": val_id, "val_exact_8x": val_8x, "train_seconds": 60.0, "eval_seconds": 2.0,
              "config_hash": config.config_hash(), "config_json": config.canonical_json(), "status": "ok",
-             "created_at": "2026-01-01T00:00:00+00:00"} for f in config.eval.factors()]
+             "created_at": "2026-01-01T00:00:00+00:00"} for f in factors or config.eval.factors()]
     write_parquet_atomic(rows_to_frame(rows), data_path(out, run_key(config)))
 
 
@@ -203,6 +205,30 @@ def test_the_choice_is_made_on_validation_never_on_test(tmp_path: Path) -> None:
     at_4x = Timings.from_folders(out).eval_seconds(low, (4,))
     assert at_4x is not None and at_4x > 2
     assert "train again (model.pt gone), evaluate at 4x" in again and again.endswith(f"~{64 + at_4x:.0f} s")
+
+
+def test_the_paper_protocol_pick_is_evaluated_over_the_whole_range_once_every_run_is_trained(
+        tmp_path: Path) -> None:
+    """The runner-up point's screening run validates best at 8x: it is the backend's paper-protocol
+    pick, so once seed 1 is recorded it is evaluated to 4x like the chosen runs; a seed 1 that
+    validates better at 8x takes the pick, and the runner-up stays at the screening factor."""
+    plan = load_plan(write_plan(tmp_path, screen=2))
+    out = tmp_path / "board"
+    ff = blocks(plan)[0]
+    low, high = sorted(ff.screening, key=lambda c: c.train.lr)
+    _fake_run(out, low, val_id=0.9, test_1x=1.0, val_8x=0.1)
+    _fake_run(out, high, val_id=0.5, test_1x=1.0, val_8x=0.8)
+    assert [(w.kind, w.protocol) for w in survey(plan, out)[0].work] == [("extend", False), ("seed", False)]
+    seed_1 = next(w.config for w in survey(plan, out)[0].work if w.kind == "seed")
+    _fake_run(out, low, val_id=0.9, test_1x=1.0, val_8x=0.1, factors=(1, 2, 4))  # the chosen runs reach 4x
+    _fake_run(out, seed_1, val_id=0.9, test_1x=1.0, val_8x=0.2, factors=(1, 2, 4))
+    [work] = survey(plan, out)[0].work
+    assert (work.kind, work.key, work.factors, work.restore, work.protocol) == (
+        "extend", run_key(high), (4,), True, True)
+    lines = dry_run_lines(survey(plan, out), Timings.from_folders(out))
+    assert any(f"evaluate the paper-protocol pick at 4x {run_key(high)}" in line for line in lines), lines
+    _fake_run(out, seed_1, val_id=0.9, test_1x=1.0, val_8x=0.9, factors=(1, 2, 4))
+    assert survey(plan, out)[0].work == []
 
 
 def _stopped_at(out: Path, folder_of: RunConfig, state_of: RunConfig, step: int) -> None:

@@ -111,6 +111,7 @@ def remaining(states: list[BlockState]) -> int:
 
 def _describe(done: Done) -> str:
     what = {"screen": "screening run", "seed": "run", "extend": "evaluation"}[done.work.kind]
+    what += " of the paper-protocol pick" if done.work.protocol else ""
     what += " (trained again: its model.pt was gone)" if done.work.restore else ""
     factors = f" at {', '.join(f'{f}x' for f in done.work.factors)}" if done.work.factors else ""
     result = "ok" if done.status == "ok" else f"FAILED: {done.error}"

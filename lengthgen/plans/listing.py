@@ -88,7 +88,8 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
             label = point_label(block, work.config)
             if work.kind == "extend":
                 evaluations += 1
-                what = f"evaluate at {', '.join(f'{f}x' for f in work.factors)}"
+                pick = " the paper-protocol pick" if work.protocol else ""
+                what = f"evaluate{pick} at {', '.join(f'{f}x' for f in work.factors)}"
                 what = f"train again (model.pt gone), {what}" if work.restore else what
             else:
                 runs += 1

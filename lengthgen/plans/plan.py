@@ -11,7 +11,9 @@ seeds, preset, fixed settings and a grid. A grid is run in two stages:
    in-distribution validation exact match over the seeds every setting ran) picks one point; the
    remaining seeds run there, and every run of that point is then evaluated up to the preset's
    ``max_factor`` (``lengthgen eval`` semantics, one length at a time so an interruption keeps
-   what is done).
+   what is done). A backend's paper-protocol pick (its best single run by 8× validation) is
+   evaluated over that range too, once all the backend's runs are trained, when it is a screening
+   run of a point not chosen.
 
 What is done is read from the results dataset alone (``DIR/data``), so running a plan again does
 exactly the work that is missing. A sweep without a grid is one stage: every seed at the preset.
@@ -205,7 +207,8 @@ def _grids_text(plan: BoardPlan) -> str:
             "validation exact match on the screening seed (ties: by name) is chosen, never on test data; "
             "stage 2 runs the remaining seeds there, and every run of the chosen point is evaluated over "
             "the preset's whole range of factors. The other points keep their screening run alone and show "
-            "as runner-up settings.")
+            "as runner-up settings; when one of those runs is a backend's paper-protocol pick (best 8× "
+            "validation), it too is evaluated over the whole range.")
 
 
 def ablations_dir(plan: BoardPlan, plan_path: str | Path) -> Path | None:
@@ -276,6 +279,7 @@ class Work:
     factors: tuple[int, ...] = ()  # extend: the factors still to evaluate
     restore: bool = False  # extend: the run folder has no model.pt to evaluate
     resumes_at: int | None = None  # screen, seed: the step a stopped training resumes from
+    protocol: bool = False  # extend: the paper-protocol pick, a screening run of a point not chosen
 
     @property
     def key(self) -> str:
@@ -336,16 +340,13 @@ def survey(plan: BoardPlan, out: str | Path, retry_failed: bool = False) -> list
             if recorded[key] == "missing" or (recorded[key] == "failed" and retry_failed):
                 state.work.append(Work("screen" if block.staged else "seed", block.label, config,
                                        resumes_at=resume_step(root, config)))
-        if not block.staged:
-            board = list(block.screening)
-        elif state.work:
+        if block.staged and state.work:
             state.waiting = len(block.rest_seeds)
             states.append(state)
             continue
-        else:
+        if block.staged:
             state.chosen = _choose(block, root)
-            board = configs_at(block, state.chosen, block.sweep.seeds)
-        for config in board:
+        for config in _runs_at_chosen(state):
             key = run_key(config)
             status = run_state(data_path(root, key))
             if status == "missing" or (status == "failed" and retry_failed):
@@ -361,7 +362,52 @@ def survey(plan: BoardPlan, out: str | Path, retry_failed: bool = False) -> list
                 restore = not (run_path(root, key) / "model.pt").is_file()
                 state.work.append(Work("extend", block.label, config, missing, restore))
         states.append(state)
+    _extend_protocol_picks(states, root)
     return states
+
+
+def _extend_protocol_picks(states: list[BlockState], root: Path) -> None:
+    """Add the evaluation of each backend's paper-protocol pick (``selection.paper_protocol``: the
+    best single run by 8× validation) over the full range when it is a screening run that was
+    tested only to the screening factor; decided once every run of the backend is trained, so a
+    later seed cannot take the pick from a run already extended for it."""
+    from lengthgen.leaderboard.rows import load_rows, prepared, runs
+    from lengthgen.leaderboard.selection import paper_protocol
+
+    groups: dict[tuple[str, str], list[BlockState]] = {}
+    for state in states:
+        groups.setdefault((state.block.task, state.block.attn), []).append(state)
+    for (task, attn), group in groups.items():
+        if any(s.waiting or (s.block.staged and s.chosen is None)
+               or any(w.kind != "extend" for w in s.work) for s in group):
+            continue
+        owner: dict[str, tuple[BlockState, RunConfig]] = {}
+        for state in group:
+            for config in (*state.block.screening, *_runs_at_chosen(state)):
+                owner.setdefault(run_key(config), (state, config))
+        frames = [load_rows(data_path(root, key)) for key in owner if data_path(root, key).is_file()]
+        if not frames:
+            continue
+        pick = paper_protocol(runs(prepared(pd.concat(frames, ignore_index=True)))).get((task, attn))
+        if pick is None or pick.run_id is None or pick.run_id not in owner:
+            continue
+        state, config = owner[pick.run_id]
+        if any(w.key == pick.run_id for w in state.work):
+            continue  # a run of the chosen point: already being extended
+        wanted = extension_factors(config, state.block.full_max_factor)
+        missing = tuple(f for f in wanted if f not in _ok_factors(data_path(root, pick.run_id)))
+        if missing:
+            restore = not (run_path(root, pick.run_id) / "model.pt").is_file()
+            state.work.append(Work("extend", state.block.label, config, missing, restore, protocol=True))
+
+
+def _runs_at_chosen(state: BlockState) -> list[RunConfig]:
+    """The block's runs at its chosen point, every seed (none while the point is not chosen)."""
+    if not state.block.staged:
+        return list(state.block.screening)
+    if state.chosen is None:
+        return []
+    return configs_at(state.block, state.chosen, state.block.sweep.seeds)
 
 
 def extension_factors(config: RunConfig, full_max_factor: int) -> tuple[int, ...]:
