@@ -227,6 +227,8 @@ def test_the_paper_protocol_pick_is_evaluated_over_the_whole_range_once_every_ru
         "extend", run_key(high), (4,), True, True)
     lines = dry_run_lines(survey(plan, out), Timings.from_folders(out))
     assert any(f"evaluate the paper-protocol pick at 4x {run_key(high)}" in line for line in lines), lines
+    summary = "missing: 1 run and 1 evaluation now, 0 more after a choice;"  # the run: sweep mr's
+    assert lines[-1].startswith(summary), lines[-1]
     _fake_run(out, seed_1, val_id=0.9, test_1x=1.0, val_8x=0.9, factors=(1, 2, 4))
     assert survey(plan, out)[0].work == []
 

@@ -111,8 +111,8 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
     if not estimates:
         lines.append("nothing missing: every run of the plan is recorded")
     else:
-        lines.append(f"missing: {runs} runs and {evaluations} evaluations now, {waiting} more after a "
-                     f"choice; estimated CPU time {format_seconds(known)}"
+        lines.append(f"missing: {_count(runs, 'run')} and {_count(evaluations, 'evaluation')} now, "
+                     f"{waiting} more after a choice; estimated CPU time {format_seconds(known)}"
                      + (f" + {unknown} without a comparable recorded run" if unknown else ""))
     return lines
 
