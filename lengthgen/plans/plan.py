@@ -356,11 +356,7 @@ def survey(plan: BoardPlan, out: str | Path, retry_failed: bool = False) -> list
             state.board.append(key)
             if status == "failed":
                 continue
-            wanted = extension_factors(config, block.full_max_factor)
-            missing = tuple(f for f in wanted if f not in _ok_factors(data_path(root, key)))
-            if missing:
-                restore = not (run_path(root, key) / "model.pt").is_file()
-                state.work.append(Work("extend", block.label, config, missing, restore))
+            _add_extension(state, config, root)
         states.append(state)
     _extend_protocol_picks(states, root)
     return states
@@ -394,11 +390,17 @@ def _extend_protocol_picks(states: list[BlockState], root: Path) -> None:
         state, config = owner[pick.run_id]
         if any(w.key == pick.run_id for w in state.work):
             continue  # a run of the chosen point: already being extended
-        wanted = extension_factors(config, state.block.full_max_factor)
-        missing = tuple(f for f in wanted if f not in _ok_factors(data_path(root, pick.run_id)))
-        if missing:
-            restore = not (run_path(root, pick.run_id) / "model.pt").is_file()
-            state.work.append(Work("extend", state.block.label, config, missing, restore, protocol=True))
+        _add_extension(state, config, root, protocol=True)
+
+
+def _add_extension(state: BlockState, config: RunConfig, root: Path, protocol: bool = False) -> None:
+    """Add the evaluation of a recorded run at the factors up to the full range it still lacks."""
+    key = run_key(config)
+    wanted = extension_factors(config, state.block.full_max_factor)
+    missing = tuple(f for f in wanted if f not in _ok_factors(data_path(root, key)))
+    if missing:
+        restore = not (run_path(root, key) / "model.pt").is_file()
+        state.work.append(Work("extend", state.block.label, config, missing, restore, protocol=protocol))
 
 
 def _runs_at_chosen(state: BlockState) -> list[RunConfig]:
