@@ -547,7 +547,13 @@ def leaderboard_command(
         raise UserError(f"no usable results under {', '.join(map(repr, folders))} (expected "
                         "DIR/data/*.parquet from a sweep, or results.parquet files)")
     if plan_file is not None:
-        from lengthgen.plans.plan import ablations_dir, board_run_ids, load_plan, rule_text
+        from lengthgen.plans.plan import (
+            ablations_dir,
+            board_run_ids,
+            load_plan,
+            rule_text,
+            screening_progress,
+        )
 
         given = [flag for flag, value in (("--title", title), ("--hardware", hardware),
                                           ("--ablations", ablations)) if value is not None]
@@ -564,14 +570,15 @@ def leaderboard_command(
         rule = rule_text(plan)
         reasons = [CellReason(*cell) for cell in plan.cell_reasons()]
         numerics = plan.numerics
+        screening = screening_progress(plan, results)
     else:
-        rule, reasons, numerics = None, None, None
+        rule, reasons, numerics, screening = None, None, None, None
     if ablations is not None:  # checked before anything is written
         check_reasons(reasons or [], load_ablations(input_path(ablations, "--ablations")))
     written = write_leaderboard(rows, out_dir, title=title or DEFAULT_TITLE, source=results,
                                 hardware=hardware, commit=commit, ablations=ablations, plan=plan_file,
                                 plan_rule=rule, latex=latex, sources=sources, reasons=reasons,
-                                numerics=numerics)
+                                numerics=numerics, screening=screening)
     for path in written:
         typer.echo(str(path))
 

@@ -25,7 +25,7 @@ from lengthgen.leaderboard.selection import select_settings
 from lengthgen.plans.estimate import Timings
 from lengthgen.plans.execute import run_plan
 from lengthgen.plans.listing import dry_run_lines, missing_run_lines
-from lengthgen.plans.plan import blocks, board_run_ids, configs_at, load_plan, survey
+from lengthgen.plans.plan import blocks, board_run_ids, configs_at, load_plan, screening_progress, survey
 from lengthgen.sweeps import data_path, run_key
 
 REPO = Path(__file__).resolve().parents[1]
@@ -395,6 +395,35 @@ def test_the_board_names_the_reason_of_every_cell_where_not_every_seed_learned(t
     assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1
     assert "names ablation 'why-not', not one of the board's: why-ff" in refused.output
     assert not (tmp_path / "p2").exists()
+
+
+def test_a_grid_screened_in_part_shows_its_best_point_so_far_as_provisional(tmp_path: Path) -> None:
+    """One of two screening runs recorded: the row is not the "only setting" it would be without
+    the plan, but provisional, until the other point is recorded and the rule can choose."""
+    path = write_plan(tmp_path, screen=2)
+    out = tmp_path / "board"
+    ff, mr = blocks(load_plan(path))
+    low, high = sorted(ff.screening, key=lambda c: c.train.lr)
+    _fake_run(out, low, val_id=0.5, test_1x=0.5)
+    _fake_run(out, mr.screening[0], val_id=0.5, test_1x=0.5)
+    assert screening_progress(load_plan(path), out) == {("flip_flop", "softmax", "nape"): (1, 2)}
+
+    def selections(page: Path) -> dict[str, str]:
+        result = runner.invoke(app, ["leaderboard", str(out), "--plan", str(path), "--out", str(page)])
+        assert result.exit_code == 0, result.output
+        table = pd.read_csv(page / "leaderboard.csv")
+        chosen = table[(table["source"] == "measured") & table["chosen"]]
+        return {str(t): str(s) for t, s in chosen.groupby("task")["selection"].first().items()}
+
+    partial = selections(tmp_path / "page")
+    assert partial == {"flip_flop": "provisional: 1 of 2 screening runs of the plan's grid recorded; "
+                                    "the rule chooses once every one is",
+                       "max_retrieval": "only setting"}  # a one-setting sweep has nothing to wait for
+    html = (tmp_path / "page" / "leaderboard.html").read_text(encoding="utf-8")
+    assert "still to be screened" in html and "no other setting was run" in html
+    _fake_run(out, high, val_id=0.9, test_1x=0.5)
+    assert screening_progress(load_plan(path), out) == {}
+    assert selections(tmp_path / "page2")["flip_flop"] == "best mean 1× validation of 2 settings on seed 0"
 
 
 def test_the_published_plan_builds_and_the_board_holds_only_its_runs() -> None:

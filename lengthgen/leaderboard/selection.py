@@ -12,6 +12,9 @@ checkpoint (``val_exact_id`` at the training length, ``val_exact_8x`` at 8×):
   position scheme, by 8× validation (ties: 1× validation, then the lower seed): how the paper
   picked the numbers it reports.
 
+A row whose plan grid is screened in part (``screening``: recorded and planned screening runs, from
+the plan) shows the best point so far, marked provisional: a point still to run may win.
+
 A run that failed before evaluating anything (training diverged or crashed) scores 0: it learned
 nothing. A run that was evaluated but has no validation score predates those columns; a rule
 that needs its score is then not applied (``n/a``) rather than falling back to test data.
@@ -20,6 +23,7 @@ that needs its score is then not applied (``n/a``) rather than falling back to t
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,6 +35,9 @@ from lengthgen.leaderboard.stats import is_missing
 
 PREDATES = "n/a: runs predate validation columns"
 ONLY = "only setting"
+PROVISIONAL = "provisional"
+# (recorded, planned) screening runs per (task, backend, scheme) whose plan grid is screened in part
+ScreeningProgress = Mapping[tuple[str, str, str], tuple[int, int]]
 
 
 def run_score(run: Any, column: str) -> float | None:
@@ -57,6 +64,7 @@ class Selection:
     ranked: tuple[SettingScore, ...]
     status: Literal["only", "selected", "n/a"]
     seeds: tuple[int, ...] = ()  # the seeds the settings were compared on
+    screening: tuple[int, int] | None = None  # (recorded, planned) runs of a grid screened in part
 
     @property
     def shown(self) -> tuple[SettingScore, ...]:
@@ -69,6 +77,10 @@ class Selection:
 
     @property
     def note(self) -> str:
+        if self.screening is not None and self.status != "n/a":
+            recorded, planned = self.screening
+            return (f"{PROVISIONAL}: {recorded} of {planned} screening runs of the plan's grid recorded; "
+                    "the rule chooses once every one is")
         if self.status == "only":
             return ONLY
         if self.status == "n/a":
@@ -89,8 +101,10 @@ def compared_seeds(group: pd.DataFrame) -> set[Any]:
     return common or set(group["seed"])
 
 
-def select_settings(runs: pd.DataFrame) -> dict[tuple[str, str, str], Selection]:
-    """The rule per (task, backend, scheme) over the per-run table of ``rows.runs``."""
+def select_settings(runs: pd.DataFrame,
+                    screening: ScreeningProgress | None = None) -> dict[tuple[str, str, str], Selection]:
+    """The rule per (task, backend, scheme) over the per-run table of ``rows.runs``; ``screening``
+    names the rows whose plan grid is screened in part."""
     out = {}
     for key, group in runs.groupby(["task", "attn", "pos"], sort=True):
         configs = _configs(group)
@@ -110,7 +124,8 @@ def select_settings(runs: pd.DataFrame) -> dict[tuple[str, str, str], Selection]
             status = "selected"
             scored.sort(key=lambda s: (-(s.score or 0.0), s.label, s.setting))
         compared = tuple(sorted(int(s) for s in seeds if not is_missing(s)))
-        out[(str(key[0]), str(key[1]), str(key[2]))] = Selection(tuple(scored), status, compared)
+        row = (str(key[0]), str(key[1]), str(key[2]))
+        out[row] = Selection(tuple(scored), status, compared, (screening or {}).get(row))
     return out
 
 

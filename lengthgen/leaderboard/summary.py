@@ -22,6 +22,7 @@ from lengthgen.leaderboard.paper import PAPER_REPORTED, PAPER_TRAIN_LENGTHS, bac
 from lengthgen.leaderboard.rows import config_dict, ok_rows, prepared, runs
 from lengthgen.leaderboard.selection import (
     ProtocolPick,
+    ScreeningProgress,
     Selection,
     paper_protocol,
     run_score,
@@ -196,13 +197,14 @@ def _sort_key(source: str, method: str) -> tuple[int, int, str, int]:
     return (1, rank, name, 0 if source == "protocol" else 1)
 
 
-def summarize(rows: pd.DataFrame) -> pd.DataFrame:
-    """The long table (``CSV_COLUMNS``) of the rows plus the paper's numbers for their tasks."""
+def summarize(rows: pd.DataFrame, screening: ScreeningProgress | None = None) -> pd.DataFrame:
+    """The long table (``CSV_COLUMNS``) of the rows plus the paper's numbers for their tasks;
+    ``screening`` as in ``selection.select_settings``."""
     out: list[dict[str, Any]] = []
     if not rows.empty:
         frame = prepared(rows)
         run_table = runs(frame)
-        for key, selection in sorted(select_settings(run_table).items()):
+        for key, selection in sorted(select_settings(run_table, screening).items()):
             out.extend(_measured(frame, run_table, key, selection))
         for (task, attn), pick in sorted(paper_protocol(run_table).items()):
             out.extend(_protocol(frame, run_table, task, attn, pick))

@@ -26,6 +26,7 @@ from lengthgen.leaderboard.paper import (
     backend_rank,
 )
 from lengthgen.leaderboard.rows import config_dict
+from lengthgen.leaderboard.selection import ONLY, PROVISIONAL
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
 from lengthgen.leaderboard.tables import (
     Cell,
@@ -127,8 +128,13 @@ def _setting_cells(first: Any) -> tuple[Cell, Cell]:
     if isinstance(first["runner_up"], str) and first["runner_up"]:
         runner_val = f" · val {pct(first['runner_up_val_exact_id'])}"
         return setting, Cell(f"{first['runner_up']}{runner_val}", None, "runner-up by mean 1× validation")
-    return setting, Cell(NONE, None, "no other setting was run" if first["selection"] == "only setting"
-                         else "no runner-up: settings cannot be ranked without validation scores")
+    if str(first["selection"]).startswith(PROVISIONAL):
+        why = "no runner-up yet: the plan's other grid points are still to be screened"
+    elif first["selection"] == ONLY:
+        why = "no other setting was run"
+    else:
+        why = "no runner-up: settings cannot be ranked without validation scores"
+    return setting, Cell(NONE, None, why)
 
 
 def _backend_cell(first: Any) -> Cell:

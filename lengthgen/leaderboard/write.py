@@ -48,7 +48,7 @@ from lengthgen.leaderboard.reproduce import (
     sweep_commands,
 )
 from lengthgen.leaderboard.safe import slug
-from lengthgen.leaderboard.selection import PREDATES
+from lengthgen.leaderboard.selection import PREDATES, ScreeningProgress
 from lengthgen.leaderboard.sources import Source, source_column, sources_table
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
 from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
@@ -175,19 +175,21 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
            ablations: Sequence[Ablation] = (), ablations_source: str | None = None,
            plan: str | None = None, plan_rule: str | None = None, verified: str | None = None,
            latex: bool = False, sources: Sequence[Source] = (), reasons: Sequence[CellReason] | None = None,
-           numerics: Mapping[str, str] | None = None) -> Rendered:
+           numerics: Mapping[str, str] | None = None,
+           screening: ScreeningProgress | None = None) -> Rendered:
     """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows (and the ablations).
 
     With ``plan`` (the plan file's path) the Reproduce section starts with the two commands that
     rebuild the board from it, and ``plan_rule`` (how its grids became rows) joins "How to read";
     with ``reasons`` (the plan's), every chosen setting where not every seed learned is listed under
     the effective lengths, with its reason or without one; ``numerics`` (the plan's pin) is listed
-    under hardware and exported before the step-by-step commands."""
+    under hardware and exported before the step-by-step commands; ``screening`` (the plan's grids
+    screened in part) marks those rows provisional."""
     if reasons is not None:
         check_reasons(reasons, ablations)
     rows = rows.sort_values(["task", "attn", "pos", "seed", "run_id", "factor"], kind="mergesort",
                             na_position="last").reset_index(drop=True)
-    summary = summarize(rows)
+    summary = summarize(rows, screening)
     tasks = sorted(rows["task"].dropna().unique())
     files: dict[str, bytes] = {}
     meta = (f"Data as of {data_date(rows)} (newest run), data commit {commit}; {len(rows)} result rows, "
@@ -316,7 +318,8 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
                       plan_rule: str | None = None, latex: bool = False,
                       sources: Sequence[Source] = (),
                       reasons: Sequence[CellReason] | None = None,
-                      numerics: Mapping[str, str] | None = None) -> list[Path]:
+                      numerics: Mapping[str, str] | None = None,
+                      screening: ScreeningProgress | None = None) -> list[Path]:
     """Render every output, then publish them under ``out`` together (``files.publish``: built in a
     temporary folder, then moved into place); returns the paths.
 
@@ -333,5 +336,5 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
                       commit=commit if commit is not None else data_commit(data), data_link=link,
                       ablations=found, ablations_source=None if ablations is None else str(ablations),
                       plan=plan, plan_rule=plan_rule, verified=verified, latex=latex, sources=sources,
-                      reasons=reasons, numerics=numerics)
+                      reasons=reasons, numerics=numerics, screening=screening)
     return publish(out, rendered.files)

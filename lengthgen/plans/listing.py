@@ -74,8 +74,7 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
         if state.chosen is not None:
             status = f"chosen {point_label(block, _chosen_config(state))}"
         elif block.staged:
-            done = len(block.screening) - sum(w.kind == "screen" for w in state.work)
-            status = f"screening {done} of {len(block.screening)} recorded"
+            status = f"screening {state.screened} of {len(block.screening)} recorded"
         else:
             status = "one setting"
         todo = list(state.work)

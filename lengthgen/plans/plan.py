@@ -208,7 +208,8 @@ def _grids_text(plan: BoardPlan) -> str:
             "stage 2 runs the remaining seeds there, and every run of the chosen point is evaluated over "
             "the preset's whole range of factors. The other points keep their screening run alone and show "
             "as runner-up settings; when one of those runs is a backend's paper-protocol pick (best 8× "
-            "validation), it too is evaluated over the whole range.")
+            "validation), it too is evaluated over the whole range. While a row's grid is screened in "
+            "part, it shows the best point recorded so far, marked provisional.")
 
 
 def ablations_dir(plan: BoardPlan, plan_path: str | Path) -> Path | None:
@@ -293,6 +294,11 @@ class BlockState:
     work: list[Work] = field(default_factory=list)
     waiting: int = 0  # runs that wait for the choice (seeds at the chosen point)
     board: list[str] = field(default_factory=list)  # run keys the board shows (recorded ones)
+
+    @property
+    def screened(self) -> int:
+        """Screening runs recorded (the work still lists the others)."""
+        return len(self.block.screening) - sum(w.kind == "screen" for w in self.work)
 
 
 def _ok_factors(path: Path) -> set[int]:
@@ -416,6 +422,13 @@ def extension_factors(config: RunConfig, full_max_factor: int) -> tuple[int, ...
     """The factors past the run's own ``max_factor`` up to the full one."""
     return tuple(2**k for k in range(full_max_factor.bit_length())
                  if config.eval.max_factor < 2**k <= full_max_factor)
+
+
+def screening_progress(plan: BoardPlan, out: str | Path) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """(recorded, planned) screening runs per (task, backend, position scheme) whose grid is screened
+    in part: the board marks those rows provisional, since a point still to run may win the choice."""
+    return {(s.block.task, s.block.attn, s.block.pos): (s.screened, len(s.block.screening))
+            for s in survey(plan, out) if s.block.staged and 0 < s.screened < len(s.block.screening)}
 
 
 def board_run_ids(plan: BoardPlan, out: str | Path) -> set[str]:
