@@ -553,6 +553,7 @@ def leaderboard_command(
             load_plan,
             rule_text,
             screening_progress,
+            survey,
         )
 
         given = [flag for flag, value in (("--title", title), ("--hardware", hardware),
@@ -560,7 +561,8 @@ def leaderboard_command(
         if given:
             raise UserError(f"--plan sets {', '.join(given)} itself; drop it (edit the plan file instead)")
         plan = load_plan(plan_file)
-        rows = rows[rows["run_id"].isin(board_run_ids(plan, results))]
+        states = survey(plan, results)
+        rows = rows[rows["run_id"].isin(board_run_ids(states))]
         if rows.empty:
             raise UserError(f"none of the runs of plan {plan_file} is recorded under {results!r}; "
                             f"run: lengthgen sweep --plan {plan_file} --out {results}")
@@ -570,7 +572,7 @@ def leaderboard_command(
         rule = rule_text(plan)
         reasons = [CellReason(*cell) for cell in plan.cell_reasons()]
         numerics = plan.numerics
-        screening = screening_progress(plan, results)
+        screening = screening_progress(states)
     else:
         rule, reasons, numerics, screening = None, None, None, None
     if ablations is not None:  # checked before anything is written

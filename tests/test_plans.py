@@ -149,7 +149,7 @@ def test_the_plan_does_the_missing_work_and_nothing_else(tmp_path: Path,
     assert ok_factors(out, loser) == [1, 2]  # never tested past the screening factor
     keys = {p.stem for p in (out / "data").glob("*.parquet")}
     assert keys == {run_key(c) for c in [*ff.screening, *chosen, *mr.screening]}
-    assert keys == board_run_ids(plan, out)
+    assert keys == board_run_ids(survey(plan, out))
     # a chosen run is extended as soon as it is trained (its model is on disk), before more training
     kinds = [(d.work.kind, d.work.config.task, d.work.config.seed) for d in report.done]
     assert kinds == [("seed", "max_retrieval", 0), ("screen", "flip_flop", 0), ("screen", "flip_flop", 0),
@@ -406,7 +406,7 @@ def test_a_grid_screened_in_part_shows_its_best_point_so_far_as_provisional(tmp_
     low, high = sorted(ff.screening, key=lambda c: c.train.lr)
     _fake_run(out, low, val_id=0.5, test_1x=0.5)
     _fake_run(out, mr.screening[0], val_id=0.5, test_1x=0.5)
-    assert screening_progress(load_plan(path), out) == {("flip_flop", "softmax", "nape"): (1, 2)}
+    assert screening_progress(survey(load_plan(path), out)) == {("flip_flop", "softmax", "nape"): (1, 2)}
 
     def selections(page: Path) -> dict[str, str]:
         result = runner.invoke(app, ["leaderboard", str(out), "--plan", str(path), "--out", str(page)])
@@ -422,7 +422,7 @@ def test_a_grid_screened_in_part_shows_its_best_point_so_far_as_provisional(tmp_
     html = (tmp_path / "page" / "leaderboard.html").read_text(encoding="utf-8")
     assert "still to be screened" in html and "no other setting was run" in html
     _fake_run(out, high, val_id=0.9, test_1x=0.5)
-    assert screening_progress(load_plan(path), out) == {}
+    assert screening_progress(survey(load_plan(path), out)) == {}
     assert selections(tmp_path / "page2")["flip_flop"] == "best mean 1× validation of 2 settings on seed 0"
 
 

@@ -424,18 +424,20 @@ def extension_factors(config: RunConfig, full_max_factor: int) -> tuple[int, ...
                  if config.eval.max_factor < 2**k <= full_max_factor)
 
 
-def screening_progress(plan: BoardPlan, out: str | Path) -> dict[tuple[str, str, str], tuple[int, int]]:
+def screening_progress(states: Sequence[BlockState]) -> dict[tuple[str, str, str], tuple[int, int]]:
     """(recorded, planned) screening runs per (task, backend, position scheme) whose grid is screened
-    in part: the board marks those rows provisional, since a point still to run may win the choice."""
+    in part (``states`` from ``survey``): the board marks those rows provisional, since a point still
+    to run may win the choice."""
     return {(s.block.task, s.block.attn, s.block.pos): (s.screened, len(s.block.screening))
-            for s in survey(plan, out) if s.block.staged and 0 < s.screened < len(s.block.screening)}
+            for s in states if s.block.staged and 0 < s.screened < len(s.block.screening)}
 
 
-def board_run_ids(plan: BoardPlan, out: str | Path) -> set[str]:
-    """The recorded runs the board is made of: every screening run, and the runs at each chosen
-    point (the leaderboard shows the screening runs that lost as runner-up settings)."""
+def board_run_ids(states: Sequence[BlockState]) -> set[str]:
+    """The recorded runs the board is made of (``states`` from ``survey``): every screening run, and
+    the runs at each chosen point (the leaderboard shows the screening runs that lost as runner-up
+    settings)."""
     keys: set[str] = set()
-    for state in survey(plan, out):
+    for state in states:
         keys.update(run_key(c) for c in state.block.screening)
         keys.update(state.board)
     return keys
