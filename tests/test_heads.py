@@ -98,8 +98,11 @@ def test_command_prints_one_line_per_head(tmp_path: Path) -> None:
     import json
 
     arch = json.loads(config)["arch"]
-    assert len(lines) == 2 + arch["n_layers"] * arch["n_heads"]
-    assert {line.split()[2] for line in lines[2:]} <= {"ALiBi", "NoPE"}
+    n = arch["n_layers"] * arch["n_heads"]
+    assert len(lines) == 2 + n + 1 + n  # copy names its positions' roles: one more line per head
+    assert {line.split()[2] for line in lines[2:2 + n]} <= {"ALiBi", "NoPE"}
+    assert lines[2 + n].startswith("what each head's most-weighted key is")
+    assert all(" right: " in line and " | wrong: " in line for line in lines[3 + n:])
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from fractions import Fraction
 from typing import Any
 
@@ -508,7 +509,58 @@ def test_mqmtar_near_misses_refused(params: dict[str, Any], length: int, expecte
         get_task("mqmtar", **params).sample(2, length, seed=0)
 
 
+def _copy_role(source: list[int], k: int, j: int) -> str:
+    """Copy's role of source symbol ``j`` for the answer copying symbol ``k``, from the symbol list:
+    the longest run of equal symbols just before both, found by comparing slices."""
+    if j == k:
+        return "the symbol to copy"
+    if abs(j - k) == 1:
+        return "a neighbour of the symbol to copy"
+    shared = max(m for m in range(min(j, k) + 1) if source[j - m:j] == source[k - m:k])
+    return ("a symbol after the same 2+ symbols" if shared >= 2 else
+            "a symbol after the same symbol" if shared == 1 else "another source symbol")
+
+
+@pytest.mark.parametrize(("vocab_size", "length"), [(2, 12), (3, 40), (32, 200)])
+def test_copy_names_each_positions_role_for_an_answer(vocab_size: int, length: int) -> None:
+    task = get_task("copy", vocab_size=vocab_size)
+    batch = task.sample(4, length, seed=7, split="eval")
+    seen = set()
+    for ids, mask, source in zip(batch.input_ids, batch.loss_mask, batch.source, strict=True):
+        for k, row in enumerate(np.flatnonzero(mask)):
+            expected = {p: "start, separator or output" for p in [0, *range(length + 1, len(ids))]}
+            expected.update({1 + j: _copy_role(source, k, j) for j in range(length)})
+            got = {p: task.key_role(ids, int(row), p) for p in range(len(ids))}
+            assert got == expected
+            seen.update(got.values())
+    assert len(seen) == 6 if vocab_size < 32 else {"the symbol to copy", "another source symbol"} <= seen
+
+
+@pytest.mark.parametrize(("vocab_size", "length"), [(2, 5), (4, 17), (32, 512), (32, 1025)])
+def test_copy_with_distinct_pairs_never_repeats_a_pair(vocab_size: int, length: int) -> None:
+    """Every adjacent pair of a source occurs once, counted from the samples' symbol lists, up to
+    the longest length that allows it (vocab_size**2 + 1 symbols); the samples stay copy samples."""
+    task = get_task("copy", vocab_size=vocab_size, distinct_pairs=True)
+    batch = task.sample(8, length, seed=4, split="eval")
+    check_batch(task, 8, length, seed=4, split="eval")
+    for source, target in zip(batch.source, batch.target, strict=True):
+        assert source == target and set(source) <= set(range(vocab_size))
+        assert max(Counter(zip(source[:-1], source[1:], strict=True)).values()) == 1
+    assert np.array_equal(batch.input_ids, task.sample(8, length, seed=4, split="eval").input_ids)
+
+
+def test_copy_without_distinct_pairs_is_the_task_as_drawn() -> None:
+    plain = get_task("copy").sample(3, 300, seed=11, split="eval")
+    off = get_task("copy", distinct_pairs=False).sample(3, 300, seed=11, split="eval")
+    assert np.array_equal(plain.input_ids, off.input_ids)
+
+
+def test_copy_with_distinct_pairs_refuses_a_length_with_too_few_pairs() -> None:
+    with pytest.raises(ValueError, match="5 adjacent pairs cannot be distinct over vocab_size 2"):
+        get_task("copy", vocab_size=2, distinct_pairs=True).sample(1, 6, seed=0)
+
+
 def test_tasks_without_roles_name_none() -> None:
-    task = get_task("copy")
+    task = get_task("sort")
     batch = task.sample(1, 8, split="eval")
     assert task.key_role(batch.input_ids[0], int(np.flatnonzero(batch.loss_mask[0])[0]), 1) is None
