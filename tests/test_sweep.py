@@ -321,3 +321,27 @@ def test_backend_options_of_a_sweep_and_their_reproduce_command() -> None:
     assert "--attn entmax" in command and "--attn-option alpha=1.25" in command and "--steps 2" in command
     plain = make_rows({("entmax", 0): [1.0]})
     assert "--attn-option" not in sweep_commands(plain, "S")[0]
+
+
+def _runs_built_by(command: str) -> set[tuple[str, int]]:
+    """(backend, seed) of every run a `lengthgen sweep` command line builds: its --attn × --seeds."""
+    words = command.split()
+    attns = words[words.index("--attn") + 1].split(",")
+    seeds = [int(s) for s in words[words.index("--seeds") + 1].split(",")]
+    return {(a, s) for a in attns for s in seeds}
+
+
+@pytest.mark.parametrize("runs", [
+    {("entmax", 1), ("entmax", 2), ("ssmax", 0)},  # backends with different seeds: no cross product
+    {("asentmax", s) for s in range(3)} | {("softmax", s) for s in range(3)},  # a full grid
+    {("entmax", 0), ("entmax", 1), ("softmax", 1), ("ssmax", 2)},
+])
+def test_reproduce_commands_build_exactly_the_recorded_runs(runs: set[tuple[str, int]]) -> None:
+    from leaderboard_rows import make_rows
+
+    from lengthgen.leaderboard.reproduce import sweep_commands
+
+    commands = sweep_commands(make_rows({run: [1.0] for run in runs}), "S")
+    built = [_runs_built_by(command) for command in commands]
+    assert set().union(*built) == runs and sum(map(len, built)) == len(runs)
+    assert len(commands) == len({attn for attn, _ in runs}) or len(commands) == 1

@@ -126,13 +126,9 @@ def sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
     options = [json.dumps(_changed_options(config_dict(c)), sort_keys=True) for c in rows["config_json"]]
     frame = rows.assign(recipe=[_recipe_without(c, GRID_FIELDS) + o
                                 for c, o in zip(rows["config_json"], options, strict=True)])
-    for (task, _, _), group in frame.groupby(["task", "recipe", "pos"], sort=True, dropna=False):
-        known = sorted(group["config_json"].dropna())
-        seeds = ",".join(str(s) for s in sorted(set(group["seed"].dropna().astype(int))))
-        attns = shlex.quote(",".join(sorted(set(group["attn"]))))
-        positions = ",".join(sorted(set(group["pos"].dropna())))
-        units.setdefault((str(task), attns, positions, seeds), []).append(
-            (json.loads(known[0]) if known else {}, _values(group["preset"])))
+    for (task, _, _), whole in frame.groupby(["task", "recipe", "pos"], sort=True, dropna=False):
+        for group in _seed_grids(whole):
+            _add_unit(units, str(task), group)
     groups: dict[tuple[str, ...], list[str]] = {}
     for (task, attns, positions, seeds), entries in sorted(units.items()):
         known = [config for config, _ in entries if config]
@@ -153,6 +149,26 @@ def sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
                  f"--seeds {seeds}", *flags, f"--out {shlex.quote(sweep_dir)}", *tail]
         commands.append(" ".join(parts))
     return commands
+
+
+def _seed_grids(group: pd.DataFrame) -> list[pd.DataFrame]:
+    """``group`` as one block when its backends all ran the same seeds (``--attn a,b --seeds ..``
+    then builds exactly its runs), else one block per backend, so no command adds runs."""
+    seeds = {attn: frozenset(part["seed"].dropna().astype(int)) for attn, part in group.groupby("attn")}
+    if len(set(seeds.values())) <= 1:
+        return [group]
+    return [part for _, part in group.groupby("attn", sort=True)]
+
+
+def _add_unit(units: dict[tuple[str, str, str, str], list[tuple[dict[str, Any], str]]], task: str,
+              group: pd.DataFrame) -> None:
+    """Adds the runs of ``group`` (one task, recipe and position scheme) under its backends and seeds."""
+    known = sorted(group["config_json"].dropna())
+    seeds = ",".join(str(s) for s in sorted(set(group["seed"].dropna().astype(int))))
+    attns = shlex.quote(",".join(sorted(set(group["attn"]))))
+    positions = ",".join(sorted(set(group["pos"].dropna())))
+    units.setdefault((task, attns, positions, seeds), []).append(
+        (json.loads(known[0]) if known else {}, _values(group["preset"])))
 
 
 def leaderboard_command(source: str, out_name: str, hardware: str | None, title: str,
