@@ -154,10 +154,10 @@ def sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
 def _seed_grids(group: pd.DataFrame) -> list[pd.DataFrame]:
     """``group`` as one block when its backends all ran the same seeds (``--attn a,b --seeds ..``
     then builds exactly its runs), else one block per backend, so no command adds runs."""
-    seeds = {attn: frozenset(part["seed"].dropna().astype(int)) for attn, part in group.groupby("attn")}
-    if len(set(seeds.values())) <= 1:
+    parts = [part for _, part in group.groupby("attn", sort=True)]
+    if len({frozenset(part["seed"].dropna().astype(int)) for part in parts}) <= 1:
         return [group]
-    return [part for _, part in group.groupby("attn", sort=True)]
+    return parts
 
 
 def _add_unit(units: dict[tuple[str, str, str, str], list[tuple[dict[str, Any], str]]], task: str,
