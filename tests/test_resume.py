@@ -119,3 +119,39 @@ def test_a_run_killed_mid_training_resumes_in_its_folder_and_writes_the_same_row
     fresh = execute(config, tmp_path / "b", progress=False)
     volatile = ["train_seconds", "eval_seconds", "created_at"]
     pd.testing.assert_frame_equal(resumed.drop(columns=volatile), fresh.drop(columns=volatile))
+
+
+def test_a_restore_stopped_mid_training_resumes_from_its_scratch_folder(tmp_path, monkeypatch):
+    """A restore (a run whose model.pt is gone, trained again from its recorded rows) killed
+    mid-training keeps its scratch folder; the next restore resumes there instead of starting over,
+    and still reproduces the recorded rows."""
+    from typer.testing import CliRunner
+
+    from lengthgen.cli import app
+    from lengthgen.harness.restore import SCRATCH_PREFIX, restore_run
+
+    sweep = tmp_path / "sweep"
+    made = CliRunner().invoke(app, [
+        "sweep", "--task", "max_retrieval", "--attn", "softmax", "--steps", "60", "--max-factor", "2",
+        "--train-length", "6", "--eval-samples", "8", "--quiet", "--set", "train.val_every=20",
+        "--set", "train.batch_size=16", "--set", "arch.d_model=32", "--set", "arch.d_ff=64",
+        "--out", str(sweep)])
+    assert made.exit_code == 0, made.output
+    (data,) = (sweep / "data").glob("*.parquet")
+    run_dir = sweep / "runs" / data.stem
+    model = (run_dir / "model.pt").read_bytes()
+    recorded = pd.read_parquet(data)
+    run_dir.joinpath("model.pt").unlink()
+    scratch = sweep / "runs" / f"{SCRATCH_PREFIX}{data.stem}"
+
+    monkeypatch.setattr(run_module, "open_tracker", lambda *args: StopAt(stop=40))
+    with pytest.raises(KeyboardInterrupt):
+        restore_run(run_dir, data)
+    assert (scratch / data.stem / STATE_FILE).is_file() and not (run_dir / "model.pt").exists()
+
+    seen = StopAt()
+    monkeypatch.setattr(run_module, "open_tracker", lambda *args: seen)
+    assert restore_run(run_dir, data) == ""  # bitwise: the recorded rows reproduce exactly
+    assert min(seen.steps) > 20  # steps 1..20 were not trained again
+    assert (run_dir / "model.pt").read_bytes() == model and not scratch.exists()
+    pd.testing.assert_frame_equal(pd.read_parquet(run_dir / "results.parquet"), recorded)

@@ -7,12 +7,15 @@ ones by ``lengthgen verify``'s rule (bitwise on the same library versions, else 
 tolerance) before the folder is put in place. A run that does not reproduce is not restored:
 lengths evaluated on another model would not be that run's. Used by a plan's extensions and by
 ``lengthgen eval --restore``.
+
+The retraining runs in a scratch folder named after the run (``runs/.restore-RUN``), which outlives
+an interruption: a restore stopped mid-training (a killed campaign, a closed laptop) resumes from
+the training state saved there, as a stopped run does in its own folder.
 """
 
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 
 from lengthgen.errors import UserError
@@ -27,13 +30,17 @@ from lengthgen.harness.verify import (
 )
 from lengthgen.progress import Shown
 
+#: The scratch folder of a restore is this prefix and the run's name, beside the run's folder.
+SCRATCH_PREFIX = ".restore-"
+
 
 def restore_run(run_dir: Path, recorded: Path, progress: Shown = False) -> str:
     """Retrain the run of ``run_dir`` from the rows in ``recorded`` (its data file) on the device
     and thread count they record, and put the folder in place, the recorded rows as its results;
     returns the warning that metrics were compared within the tolerance ("" when bitwise). A folder
     without ``model.pt`` at ``run_dir`` (a training that stopped) is replaced. Raises a one-line
-    ``UserError`` when it cannot. ``progress``: the retraining's, as ``execute`` shows it."""
+    ``UserError`` when it cannot. A restore interrupted earlier resumes from its scratch folder's
+    training state. ``progress``: the retraining's, as ``execute`` shows it."""
     run_id = run_dir.name
     published = published_runs(recorded).get(run_id)
     if published is None:
@@ -43,22 +50,22 @@ def restore_run(run_dir: Path, recorded: Path, progress: Shown = False) -> str:
     if config is None or problem:
         raise UserError(f"cannot restore {run_id}: {problem}")
     own = published[published["factor"] <= config.eval.max_factor].reset_index(drop=True)
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".restore-{run_id}-", dir=run_dir.parent))
-    try:
-        device = str(published["device"].iloc[0])
-        new = rederive(config, [], scratch, device, recorded_threads(published), progress)
-        difference, warning = compare(own, new)
-        if difference is not None:
-            raise UserError(f"{run_id} trained again does not reproduce its recorded rows ({difference}); "
-                            "its model is not restored")
-        trained = scratch / run_id
-        shutil.copyfile(recorded, trained / "results.parquet")
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        trained.rename(run_dir)
-    finally:
+    scratch = run_dir.parent / f"{SCRATCH_PREFIX}{run_id}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    device = str(published["device"].iloc[0])
+    # an interruption (or any error) keeps the scratch folder: the next attempt resumes from its state
+    new = rederive(config, [], scratch, device, recorded_threads(published), progress)
+    difference, warning = compare(own, new)
+    if difference is not None:
         shutil.rmtree(scratch, ignore_errors=True)
+        raise UserError(f"{run_id} trained again does not reproduce its recorded rows ({difference}); "
+                        "its model is not restored")
+    trained = scratch / run_id
+    shutil.copyfile(recorded, trained / "results.parquet")
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    trained.rename(run_dir)
+    shutil.rmtree(scratch, ignore_errors=True)
     return warning
 
 
