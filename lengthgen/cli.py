@@ -105,7 +105,7 @@ def tasks_command(
     describe: str | None = typer.Option(None, "--describe", help="Show one task in detail."),
 ) -> None:
     """List the registered tasks, or describe one (parameters, defaults, vocabulary, example)."""
-    from lengthgen.tasks import TASKS, get_task
+    from lengthgen.tasks import TASKS, get_task, new_task_params
 
     if describe is None:
         entries = list(TASKS.entries())
@@ -115,7 +115,7 @@ def tasks_command(
         for name, error in sorted(TASKS.broken.items()):
             typer.echo(f"{name:<{width}}  [broken plugin] {error}")
         return
-    task = get_task(describe)
+    task = get_task(describe, **new_task_params(describe, {}))
     info = task.describe()
     typer.echo(f"{info['name']}: {info['description']}")
     typer.echo(f"  length counts: {info['length_unit']}")
@@ -152,9 +152,9 @@ def sample_command(
 ) -> None:
     """Print samples: JSON lines (structured source/target and the exact model view) or text."""
     from lengthgen.config import parse_assignments
-    from lengthgen.tasks import get_task
+    from lengthgen.tasks import get_task, new_task_params
 
-    task = get_task(task_name, **parse_assignments(param, "--param"))
+    task = get_task(task_name, **new_task_params(task_name, parse_assignments(param, "--param")))
     batch = task.sample(n, length, seed=seed, split=split)
     out = sys.stdout
     for i in range(len(batch)):

@@ -154,6 +154,15 @@ class RunConfig(_Frozen):
     train: TrainConfig = TrainConfig()
     eval: EvalConfig = EvalConfig()
 
+    @field_validator("task_params")
+    @classmethod
+    def _first_stream_unwritten(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """Stream 1 is what a config without ``stream`` means (it predates stream versions), so
+        it is never written: ``stream = 1`` given explicitly gives the recorded config and hash."""
+        if type(params.get("stream")) is int and params["stream"] == 1:
+            return {k: v for k, v in params.items() if k != "stream"}
+        return params
+
     @field_validator("arch", mode="before")
     @classmethod
     def _size_only(cls, value: Any) -> Any:
@@ -334,7 +343,7 @@ def build_run_config(
     from lengthgen.attention import ATTENTION
     from lengthgen.attention.positions import POSITION_SCHEMES, get_position_scheme
     from lengthgen.presets import PRESET_NAMES, preset_sections
-    from lengthgen.tasks import TASKS, get_task
+    from lengthgen.tasks import TASKS, get_task, new_task_params
 
     names = {"task": (task, TASKS.names), "attn": (attn, ATTENTION.names),
              "pos": (pos, lambda: list(POSITION_SCHEMES)), "preset": (preset, lambda: list(PRESET_NAMES))}
@@ -360,6 +369,8 @@ def build_run_config(
         values["train"]["min_train_length"] = None
     params = {**sections.get("task_params", {}), **(task_params or {})}
     check_finite(params, "task parameter")
+    if start is None:
+        params = new_task_params(task, params)  # a recorded config (start) keeps its stream
     check_finite(attn_options or {}, "attention option")
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UserError(f"seed must be an integer, got {seed!r}")

@@ -176,7 +176,8 @@ def _committed_configs() -> list[tuple[Path, pd.Series, RunConfig]]:
 
 def test_committed_results_keep_their_run_ids() -> None:
     """Every committed run: its config_json parses to the same hash and run id, and its preset plus
-    its recorded settings (as its sweep built it) give that config again."""
+    its recorded settings (as its sweep built it) give that config again; a config recorded
+    without a stream names stream 1, the stream it was made with (new runs get the latest)."""
     committed = _committed_configs()
     assert len(committed) >= 78
     for path, row, config in committed:
@@ -184,7 +185,7 @@ def test_committed_results_keep_their_run_ids() -> None:
         assert config.config_hash() == row["config_hash"] and run_key(config) == row["run_id"]
         assert path.stem == row["run_id"]
         rebuilt = build_run_config(row["task"], row["attn"], pos=row["pos"], preset=row["preset"],
-                                   seed=int(row["seed"]), task_params=config.task_params,
+                                   seed=int(row["seed"]), task_params={"stream": 1, **config.task_params},
                                    attn_options=config.attn_options, overrides=dotted(config))
         assert rebuilt.config_hash() == row["config_hash"], path.name
 
@@ -214,3 +215,35 @@ def test_paper_tasks_mqmtar_has_the_papers_pair_count() -> None:
     task = get_task("mqmtar", **config.task_params)
     for length in range(32, 64 * 1024 + 1, 7):
         assert task.n_pairs(length) == max(4, (8 * length) // 60), length
+
+
+def test_new_runs_get_the_latest_stream_and_recorded_configs_keep_theirs() -> None:
+    """A new MQMTAR config names stream 2; a config without ``stream`` is stream 1, and ``stream
+    = 1`` given explicitly is that same config (never written), so old hashes are kept."""
+    from lengthgen.harness.run import build
+
+    new = build_run_config("mqmtar", "softmax", preset="paper-tasks")
+    assert new.task_params["stream"] == 2 and build(new)[0].config.stream == 2
+    first = build_run_config("mqmtar", "softmax", preset="paper-tasks", task_params={"stream": 1})
+    assert "stream" not in first.task_params and build(first)[0].config.stream == 1
+    recorded = RunConfig.model_validate_json(first.canonical_json())
+    assert recorded == first and build(recorded)[0].config.stream == 1
+    assert first.config_hash() != new.config_hash()
+    explicit = RunConfig(task="copy", task_params={"stream": 1})
+    assert explicit.config_hash() == RunConfig(task="copy").config_hash()
+    again = build_run_config("mqmtar", "softmax", preset="paper-tasks", start=recorded,
+                             overrides={"eval.max_factor": 8})
+    assert "stream" not in again.task_params  # lengthgen eval keeps the recorded stream
+
+
+def test_reproduce_flags_rebuild_a_first_stream_run() -> None:
+    from lengthgen.leaderboard.reproduce import sweep_flags
+    from lengthgen.sweeps import SweepSpec
+
+    recorded = build_run_config("mqmtar", "asentmax", preset="paper-tasks", task_params={"stream": 1},
+                                overrides={"train.lr": 5e-4})
+    flags = sweep_flags("mqmtar", recorded.model_dump(mode="json"))
+    assert "--param stream=1" in flags
+    rebuilt = SweepSpec(tasks=("mqmtar",), attns=("asentmax",), preset="paper-tasks",
+                        task_params={"stream": 1}, overrides={"train.lr": 5e-4}).configs()[0]
+    assert rebuilt.config_hash() == recorded.config_hash()

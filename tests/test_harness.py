@@ -176,3 +176,62 @@ def test_run_cuda_without_cuda_exits_2(tmp_path):
     result = runner.invoke(app, ["run", "--task", "copy", "--attn", "softmax", "--device", "cuda",
                                  "--out", str(tmp_path)])
     assert result.exit_code == 2 and "CUDA" in result.output
+
+
+def test_prefetched_batches_train_the_same_model():
+    """Making step s + 1's batch while step s computes changes nothing a run records."""
+    config = tiny_config("asentmax", **{"train.steps": 30, "train.val_every": 10})
+    results = []
+    for ahead in (True, False):
+        task, model = build(config)
+        result = train(model, task, config, torch.device("cpu"), progress=False, prefetch=ahead)
+        results.append((result.history, result.best_step, model.state_dict()))
+    (history_a, best_a, state_a), (history_b, best_b, state_b) = results
+    assert history_a == history_b and best_a == best_b
+    assert state_a.keys() == state_b.keys()
+    assert all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+
+
+def test_prefetch_hands_each_step_its_own_batch_and_its_errors():
+    from lengthgen.harness.prefetch import prefetched
+
+    made = []
+
+    def make(step: int) -> int:
+        made.append(step)
+        if step == 7:
+            raise ValueError("bad step 7")
+        return step * step
+
+    with prefetched(make, range(3, 7)) as batches:
+        assert list(batches) == [(s, s * s) for s in range(3, 7)]
+    seen = []
+    with pytest.raises(ValueError, match="bad step 7"), prefetched(make, range(5, 9)) as batches:
+        seen.extend(step for step, _ in batches)
+    assert seen == [5, 6]  # the error reaches the caller at the step it belongs to
+    with prefetched(make, range(0)) as batches:
+        assert list(batches) == []
+
+
+def test_divergence_stops_within_the_logging_interval(monkeypatch):
+    """A non-finite loss is read back only at logging steps, so the run stops within LOG_EVERY
+    steps of it, names the first bad step, and never validates diverged weights."""
+    from lengthgen.harness import train as training
+
+    config = tiny_config("softmax", **{"train.steps": 60, "train.val_every": 50})
+    task, model = build(config)
+    bad_from, calls = 23, []
+    real_loss = training.masked_loss
+
+    def poisoned(logits, batch):
+        calls.append(1)
+        loss = real_loss(logits, batch)
+        return loss * float("nan") if len(calls) > bad_from else loss
+
+    validations = []
+    monkeypatch.setattr(training, "masked_loss", poisoned)
+    monkeypatch.setattr(training, "validate", lambda *a, **k: validations.append(1) or 0.0)
+    with pytest.raises(training.TrainingDiverged, match=f"loss became nan at step {bad_from};"):
+        train(model, task, config, torch.device("cpu"), progress=False)
+    assert bad_from + 1 <= len(calls) <= bad_from + training.LOG_EVERY
+    assert validations == []

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from lengthgen.limits import MAX_SEED
-from lengthgen.tasks import TASKS, Task, TaskInputError, get_task
+from lengthgen.tasks import TASKS, Task, TaskInputError, get_task, new_task_params
 
 BUILTINS = ["copy", "sort", "reverse", "max_retrieval", "mqmtar", "flip_flop"]
 SPECIALS = ["<pad>", "<bos>", "<sep>", "<eos>"]
@@ -287,8 +287,18 @@ GOLDEN = {
 }
 
 
-def batch_digest(name: str, length: int, seed: int, split: str) -> str:
-    batch = get_task(name).sample(3, length, seed=seed, split=split)
+#: MQMTAR at the paper's parameters, per stream: stream 1 made the published board's data.
+PAPER_MQMTAR = {"alphabet": 256, "key_len": 2, "value_len": 2, "n_queries": 4, "pair_fraction": 8 / 15}
+GOLDEN_STREAMS = {
+    (1, 64, (0, 5), "train"): "9bd027b2486c5c77ddffa2b6801fd2e5f35e7d804eb1fcb1f6a3048de339511b",
+    (1, 4096, 0, "eval"): "81dd2a2fd9847626052f2d92813e78d714f2497be0b46f05ab8ca1ea4534c83a",
+    (2, 64, (0, 5), "train"): "654ae32cb6a4239d7d5fdf4be54daadaade8be96d858eb5d7f434f826c21e5e4",
+    (2, 4096, 0, "eval"): "7e48b0150fbb8b09551c1f68af86bcd88117017b6c1cf9889c83ed2ef876a148",
+}
+
+
+def batch_digest(name: str, length: int, seed: Any, split: str, **params: Any) -> str:
+    batch = get_task(name, **params).sample(3, length, seed=seed, split=split)
     h = hashlib.sha256()
     h.update(np.ascontiguousarray(batch.input_ids, dtype="<i8").tobytes())
     h.update(np.ascontiguousarray(batch.loss_mask, dtype=np.uint8).tobytes())
@@ -308,8 +318,9 @@ def lengthgen_cmd() -> list[str]:
 
 @pytest.mark.parametrize("name", BUILTINS)
 def test_determinism_across_processes(name: str) -> None:
-    """Same arguments, different PYTHONHASHSEED: byte-identical output, equal to in-process data."""
-    task = get_task(name)
+    """Same arguments, different PYTHONHASHSEED: byte-identical output, equal to in-process data
+    (of the task's latest stream, which `lengthgen sample` draws from)."""
+    task = get_task(name, **new_task_params(name, {}))
     length = max(task.min_length, 40)
     args = [
         *lengthgen_cmd(),
@@ -564,3 +575,69 @@ def test_tasks_without_roles_name_none() -> None:
     task = get_task("sort")
     batch = task.sample(1, 8, split="eval")
     assert task.key_role(batch.input_ids[0], int(np.flatnonzero(batch.loss_mask[0])[0]), 1) is None
+
+
+@pytest.mark.parametrize("key", list(GOLDEN_STREAMS), ids=lambda k: "-".join(map(str, k)))
+def test_golden_hashes_of_mqmtar_streams(key: tuple[int, int, Any, str]) -> None:
+    """Stream 1 stays what the board's runs were made with; stream 2 is a stream of its own."""
+    stream, length, seed, split = key
+    assert batch_digest("mqmtar", length, seed, split, **PAPER_MQMTAR, stream=stream) == GOLDEN_STREAMS[key]
+
+
+@pytest.mark.parametrize(
+    ("params", "length"),
+    [(PAPER_MQMTAR, 64), (PAPER_MQMTAR, 40), (PAPER_MQMTAR, 4096), ({"alphabet": 16}, 300),
+     ({"alphabet": 2, "key_len": 2}, 400), ({**PAPER_MQMTAR, "near_misses": 1}, 64)],
+)
+def test_mqmtar_stream_2_passes_the_checker(params: dict[str, Any], length: int) -> None:
+    task = get_task("mqmtar", **params, stream=2)
+    for split in ("train", "eval"):
+        check_batch(task, 5, length, seed=3, split=split)
+
+
+def test_mqmtar_streams_draw_the_same_distribution() -> None:
+    """Both streams draw each sample's keys as a uniform ordered subset of the key space: every key
+    as often in every context slot (a chi-square test over 256 keys), never twice in a sample."""
+    from scipy.stats import chisquare
+
+    params = {"alphabet": 16, "key_len": 2, "n_queries": 4, "pair_fraction": 0.5}
+    for stream in (1, 2):
+        task = get_task("mqmtar", **params, stream=stream)
+        batch = task.sample(6000, 64, seed=9, split="train")  # 8 pairs of 256 keys: stream 2 rejects
+        keys = np.array([[16 * a + b for (a, b), _ in sample["pairs"]] for sample in batch.source])
+        assert keys.shape == (6000, 8)
+        assert all(len(set(row)) == 8 for row in keys.tolist())
+        for slot in (0, 7):
+            counts = np.bincount(keys[:, slot], minlength=256)
+            assert chisquare(counts).pvalue > 1e-4, (stream, slot)
+        assert chisquare(np.bincount(keys.ravel(), minlength=256)).pvalue > 1e-4, stream
+
+
+def test_mqmtar_stream_2_is_fast_at_the_paper_key_space() -> None:
+    """The reason for stream 2: a training batch of the paper's MQMTAR no longer shuffles 65,536
+    keys per sample. Counted, not timed: it draws about one float per key it needs."""
+    drawn = []
+
+    class Counting(np.random.Generator):
+        def random(self, size=None, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN201
+            drawn.append(int(np.prod(size)) if size is not None else 1)
+            return super().random(size, *args, **kwargs)
+
+    for stream, most in ((1, 64 * 65536), (2, 64 * 64)):
+        task = get_task("mqmtar", **PAPER_MQMTAR, stream=stream)
+        drawn.clear()
+        rng = Counting(np.random.PCG64(0))
+        task._generate(rng, 64, 64, "train")
+        assert (sum(drawn) >= most) if stream == 1 else (sum(drawn) <= most), (stream, sum(drawn))
+
+
+def test_streams_are_checked() -> None:
+    with pytest.raises(TaskInputError, match="no stream 3; valid streams: 1, 2"):
+        get_task("mqmtar", stream=3)
+    with pytest.raises(TaskInputError, match="no stream 2; valid streams: 1$"):
+        get_task("copy", stream=2)
+    with pytest.raises(ValidationError):
+        get_task("copy", stream=0)
+    assert new_task_params("mqmtar", {}) == {"stream": 2}
+    assert new_task_params("mqmtar", {"stream": 1, "alphabet": 8}) == {"stream": 1, "alphabet": 8}
+    assert new_task_params("copy", {"vocab_size": 4}) == {"vocab_size": 4}

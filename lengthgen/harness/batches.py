@@ -24,15 +24,28 @@ class ModelBatch:
     mask: torch.Tensor  # (B, Nq) bool: scored for this sample
 
     @classmethod
-    def from_task(cls, batch: TaskBatch, device: torch.device | str) -> ModelBatch:
+    def from_task(cls, batch: TaskBatch, device: torch.device | str, pin: bool = False) -> ModelBatch:
+        """The model's view of ``batch`` on ``device``; ``pin``: on the host in page-locked memory,
+        so that :meth:`to` a GPU copies without blocking."""
         ids = batch.input_ids
         rows = np.flatnonzero(batch.loss_mask.any(axis=0))
-        return cls(
-            input_ids=torch.from_numpy(ids).to(device),
-            query_positions=torch.from_numpy(rows).to(device),
-            targets=torch.from_numpy(ids[:, rows + 1]).to(device),
-            mask=torch.from_numpy(batch.loss_mask[:, rows]).to(device),
+        host = cls(
+            input_ids=torch.from_numpy(ids),
+            query_positions=torch.from_numpy(rows),
+            targets=torch.from_numpy(ids[:, rows + 1]),
+            mask=torch.from_numpy(batch.loss_mask[:, rows]),
         )
+        if pin:
+            host = cls(*(t.pin_memory() for t in host.tensors()))
+        return host.to(device)
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.input_ids, self.query_positions, self.targets, self.mask
+
+    def to(self, device: torch.device | str) -> ModelBatch:
+        """On ``device``; from pinned host memory the copies are asynchronous (a no-op on the
+        same device)."""
+        return ModelBatch(*(t.to(device, non_blocking=t.is_pinned()) for t in self.tensors()))
 
 
 def masked_loss(logits: torch.Tensor, batch: ModelBatch) -> torch.Tensor:

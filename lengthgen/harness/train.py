@@ -21,6 +21,7 @@ import torch
 from lengthgen.config import RunConfig
 from lengthgen.harness.batches import ModelBatch, masked_loss, score
 from lengthgen.harness.identity import run_key
+from lengthgen.harness.prefetch import prefetched
 from lengthgen.harness.resume import TrainingProgress, load_progress, save_progress
 from lengthgen.harness.tracking import Tracker
 from lengthgen.model import Transformer
@@ -29,6 +30,9 @@ from lengthgen.tasks.base import Task
 
 #: Seed component that separates the validation stream from the test stream (seed 0, eval split).
 VALIDATION_SEED = 1
+
+#: Steps between progress updates (loss, token accuracy), which are also the divergence checks.
+LOG_EVERY = 10
 
 #: Lengths (multiples of the training length) at which the selected checkpoint's validation exact
 #: match is recorded: in distribution, and the paper's 8x.
@@ -52,6 +56,35 @@ class TrainResult:
     val_exact_id: float = float("nan")
     val_exact_8x: float = float("nan")
     history: list[dict[str, float]] = field(default_factory=list)
+
+
+def _validated(history: list[dict[str, float]]) -> dict[str, str]:
+    """The latest validation score for the progress line (none before the first)."""
+    return {"val": f"{history[-1]['val_exact']:.3f}"} if history else {}
+
+
+class DivergenceWatch:
+    """Stops a run whose loss became NaN or infinite, without reading the loss every step.
+
+    The first non-finite loss and its step are kept on the loss's device, so a step that logs
+    nothing never waits for the accelerator; :meth:`check` reads them at every logging step and
+    before every validation, so at most ``LOG_EVERY - 1`` steps run after the loss diverged, and
+    no diverged weights are ever validated or saved.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.step = torch.full((), -1, dtype=torch.int64, device=device)
+        self.loss = torch.zeros((), dtype=torch.float32, device=device)
+
+    def observe(self, loss: torch.Tensor, step: int) -> None:
+        first = (self.step < 0) & ~torch.isfinite(loss.detach())
+        self.step = torch.where(first, step, self.step)
+        self.loss = torch.where(first, loss.detach().float(), self.loss)
+
+    def check(self) -> None:
+        step = int(self.step)
+        if step >= 0:
+            raise TrainingDiverged(f"loss became {float(self.loss)} at step {step}; run stopped")
 
 
 def lr_at(step: int, config: RunConfig) -> float:
@@ -90,10 +123,12 @@ def validate(
 
 def train(
     model: Transformer, task: Task, config: RunConfig, device: torch.device, progress: Shown = True,
-    tracker: Tracker | None = None, state_path: Path | None = None,
+    tracker: Tracker | None = None, state_path: Path | None = None, prefetch: bool = True,
 ) -> TrainResult:
     """Train ``model`` in place and load the selected checkpoint into it. With ``state_path``, the
-    state is saved there at every validation, and a state found there is resumed."""
+    state is saved there at every validation, and a state found there is resumed. ``prefetch``
+    makes each step's batch while the previous step computes (``harness.prefetch``; the same
+    batches either way)."""
     t = config.train
     tracker = tracker or Tracker()
     optimizer = torch.optim.AdamW(
@@ -109,37 +144,45 @@ def train(
     model.train()
     label = f"train {run_key(config)}" + (f" (resumed at step {done.step})" if done.step else "")
     bar = display(t.steps, label, enabled=progress, unit="steps", leave=False, initial=done.step)
-    for step in range(done.step, t.steps):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, config)
+    divergence = DivergenceWatch(device)
+
+    def make_batch(step: int) -> ModelBatch:
         data = task.sample(t.batch_size, int(lengths[step]), seed=(config.seed, step), split="train")
-        batch = ModelBatch.from_task(data, device)
-        logits = model(batch.input_ids, batch.query_positions)
-        loss = masked_loss(logits, batch)
-        if not torch.isfinite(loss):
-            raise TrainingDiverged(f"loss became {loss.item()} at step {step}; run stopped")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
-        optimizer.step()
-        if step % 10 == 0 or step == t.steps - 1:
-            acc = score(logits.detach(), batch)
-            token_acc = acc.tokens_right / max(1, acc.tokens_scored)
-            validated = {"val": f"{history[-1]['val_exact']:.3f}"} if history else {}
-            bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{token_acc:.3f}", **validated)
-            tracker.train_step(step + 1, float(loss.item()), optimizer.param_groups[0]["lr"])
-        bar.update(1)
-        last = step == t.steps - 1
-        if (step + 1) % t.val_every == 0 or last:
-            exact = validate(model, task, val_length, t.val_samples, device, t.batch_size)
-            history.append({"step": step + 1, "loss": float(loss.item()), "val_exact": exact})
-            tracker.validation(step + 1, {"exact_match": exact})
-            if exact >= best_exact:  # ties go to the later, longer-trained checkpoint
-                best_exact, best_step = exact, step + 1
-                best_state = copy.deepcopy(model.state_dict())
-            if state_path is not None:
-                save_progress(state_path, config, model, optimizer, TrainingProgress(
-                    step + 1, time.perf_counter() - start, best_exact, best_step, best_state, history))
+        return ModelBatch.from_task(data, "cpu", pin=device.type == "cuda")
+
+    with prefetched(make_batch, range(done.step, t.steps), ahead=prefetch) as batches:
+        for step, host_batch in batches:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, config)
+            batch = host_batch.to(device)
+            logits = model(batch.input_ids, batch.query_positions)
+            loss = masked_loss(logits, batch)
+            divergence.observe(loss, step)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+            optimizer.step()
+            last = step == t.steps - 1
+            validating = (step + 1) % t.val_every == 0 or last
+            if step % LOG_EVERY == 0 or last or validating:
+                divergence.check()  # the one host-device synchronisation of the steps that log
+            if step % LOG_EVERY == 0 or last:
+                acc = score(logits.detach(), batch)
+                token_acc = acc.tokens_right / max(1, acc.tokens_scored)
+                bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{token_acc:.3f}", **_validated(history))
+                tracker.train_step(step + 1, float(loss.item()), optimizer.param_groups[0]["lr"])
+            bar.update(1)
+            if validating:
+                exact = validate(model, task, val_length, t.val_samples, device, t.batch_size)
+                history.append({"step": step + 1, "loss": float(loss.item()), "val_exact": exact})
+                tracker.validation(step + 1, {"exact_match": exact})
+                bar.set_postfix(loss=f"{loss.item():.3f}", **_validated(history))
+                if exact >= best_exact:  # ties go to the later, longer-trained checkpoint
+                    best_exact, best_step = exact, step + 1
+                    best_state = copy.deepcopy(model.state_dict())
+                if state_path is not None:
+                    save_progress(state_path, config, model, optimizer, TrainingProgress(
+                        step + 1, time.perf_counter() - start, best_exact, best_step, best_state, history))
     bar.close()
     if best_state is not None:
         model.load_state_dict(best_state)

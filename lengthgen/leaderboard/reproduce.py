@@ -40,6 +40,7 @@ def sweep_flags(task: str, config: dict[str, Any],
     installation cannot rebuild it (unknown task or preset)."""
     from lengthgen.config import SECTIONS, build_run_config
     from lengthgen.sweeps import SweepSpec
+    from lengthgen.tasks.base import STREAM
 
     grid = grid or {}
     try:
@@ -51,6 +52,8 @@ def sweep_flags(task: str, config: dict[str, Any],
                   if config[s][k] != default[s][k] and f"{s}.{k}" not in grid}
         params = {k: v for k, v in sorted(config["task_params"].items())
                   if default["task_params"].get(k) != v}
+        if STREAM in default["task_params"] and STREAM not in config["task_params"]:
+            params[STREAM] = 1  # recorded without a stream: the first, which new runs do not get
         spec = SweepSpec(tasks=(task,), attns=("softmax",), preset=preset, task_params=params, **chosen)
         built = spec.configs()[0].model_dump(mode="json")
     except (UserError, KeyError):  # a task or preset this installation cannot build, a field it lacks

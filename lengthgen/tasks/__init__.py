@@ -8,10 +8,11 @@ the ``lengthgen.tasks`` entry-point group (``lengthgen.registry``).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from lengthgen.registry import Registry
-from lengthgen.tasks.base import Task, TaskBatch, TaskConfig, TaskInputError, Vocab
+from lengthgen.tasks.base import STREAM, Task, TaskBatch, TaskConfig, TaskInputError, Vocab
 
 
 def validate_task(obj: object) -> None:
@@ -27,8 +28,21 @@ register_task = TASKS.register
 
 
 def get_task(name: str, **params: Any) -> Task:
-    """Instantiate a task by registered name (or ``file.py:Class`` / ``module:Class``)."""
+    """Instantiate a task by registered name (or ``file.py:Class`` / ``module:Class``).
+
+    The parameters are taken as given: without ``stream``, stream 1, as a recorded config means.
+    """
     return TASKS.get(name)(**params)
+
+
+def new_task_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` for new data: the task's latest stream unless ``stream`` is given. Everything that
+    makes data from user input (a run config, ``lengthgen sample``) goes through here, and nothing
+    that reads a recorded config does, so recorded runs keep the stream they were made with."""
+    latest = TASKS.get(name).latest_stream
+    if STREAM in params or latest == 1:
+        return dict(params)
+    return {**params, STREAM: latest}
 
 
 __all__ = [
@@ -39,6 +53,7 @@ __all__ = [
     "TaskInputError",
     "Vocab",
     "get_task",
+    "new_task_params",
     "register_task",
     "validate_task",
 ]

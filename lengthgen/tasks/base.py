@@ -10,13 +10,13 @@ from __future__ import annotations
 import gc
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from lengthgen import limits
 from lengthgen.errors import UserError
@@ -29,10 +29,24 @@ PAD, BOS, SEP, EOS = 0, 1, 2, 3
 SPECIALS: tuple[str, ...] = ("<pad>", "<bos>", "<sep>", "<eos>")
 
 
+#: The parameter that names which version of a task's generator made its data (see ``Task.latest_stream``).
+STREAM = "stream"
+
+
 class TaskConfig(BaseModel):
-    """Typed task parameters; unknown fields are rejected so a typo never passes silently."""
+    """Typed task parameters; unknown fields are rejected so a typo never passes silently.
+
+    ``stream`` versions the generator itself: a faster or corrected generator that draws other
+    samples is a new stream, so a config recorded before it keeps making its data bit for bit.
+    A config without ``stream`` means stream 1, the first; new runs get the task's latest
+    (``lengthgen.tasks.new_task_params``).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stream: int = Field(1, ge=1, strict=True,
+                        description="version of the generator's random stream (1: the first; new runs get "
+                        "the task's latest)")
 
 
 class TaskInputError(UserError, ValueError):
@@ -57,19 +71,36 @@ class Vocab:
         return [self.tokens[int(i)] for i in ids]
 
 
-@dataclass(frozen=True)
 class TaskBatch:
     """n sequences of one length.
 
     ``input_ids[b, t]`` is the model input; ``loss_mask[b, t]`` is True where the prediction made
     at position t (of token t + 1) is scored. ``source`` / ``target`` hold the structured,
-    JSON-ready view of each sample for inspection and independent checking.
+    JSON-ready view of each sample for inspection and independent checking. A task may pass them
+    as zero-argument functions: the view is then built on first use, so training, which reads
+    only the arrays, never pays for ~10^4 small Python lists per batch.
     """
 
-    input_ids: np.ndarray  # (n, T) int64
-    loss_mask: np.ndarray  # (n, T) bool
-    source: list[Any]
-    target: list[Any]
+    __slots__ = ("input_ids", "loss_mask", "_source", "_target")
+
+    def __init__(self, input_ids: np.ndarray, loss_mask: np.ndarray,
+                 source: list[Any] | Callable[[], list[Any]],
+                 target: list[Any] | Callable[[], list[Any]]) -> None:
+        self.input_ids = input_ids  # (n, T) int64
+        self.loss_mask = loss_mask  # (n, T) bool
+        self._source, self._target = source, target
+
+    @property
+    def source(self) -> list[Any]:
+        if callable(self._source):
+            self._source = self._source()
+        return self._source
+
+    @property
+    def target(self) -> list[Any]:
+        if callable(self._target):
+            self._target = self._target()
+        return self._target
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -103,11 +134,18 @@ class Task(ABC):
     length_unit: ClassVar[str] = "source tokens"
     #: Whether the model view is ``bos source sep target eos`` (False: the task says how).
     has_sep: ClassVar[bool] = True
+    #: The newest version of this task's generator stream (``TaskConfig.stream``); a task raises it
+    #: when a change of its generator would draw other samples, and keeps the older streams.
+    latest_stream: ClassVar[int] = 1
 
     def __init__(self, config: TaskConfig | None = None, **params: Any) -> None:
         if config is not None and params:
             raise TaskInputError("pass either a config or keyword parameters, not both")
         self.config = config if config is not None else self.Config(**params)
+        if self.config.stream > self.latest_stream:
+            streams = ", ".join(str(s) for s in range(1, self.latest_stream + 1))
+            raise TaskInputError(f"task {self.name!r} has no stream {self.config.stream}; "
+                                 f"valid streams: {streams}")
 
     # -- what every task defines: properties, or plain class attributes for constants -----------
     #: (A ``functools.cached_property`` suits ``vocab``: the config is frozen, and vocabularies can

@@ -87,10 +87,15 @@ class FlipFlop(Task):
         mask = np.zeros(ids.shape, dtype=bool)
         mask[:, 1:-1:2] = is_read
 
-        pairs = np.empty((n, length, 2), dtype=object)
-        pairs[:, :, 0] = _OP_NAMES[op]
-        pairs[:, :, 1] = bits
-        with gc_paused():
-            source = pairs.tolist()
-        target = [bits[b][is_read[b]].tolist() for b in range(n)]
+
+        def source() -> list:
+            pairs = np.empty((n, length, 2), dtype=object)
+            pairs[:, :, 0] = _OP_NAMES[op]
+            pairs[:, :, 1] = bits
+            with gc_paused():
+                return pairs.tolist()
+
+        def target() -> list:
+            return [bits[b][is_read[b]].tolist() for b in range(n)]
+
         return TaskBatch(ids, mask, source, target)

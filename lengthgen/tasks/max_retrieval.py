@@ -90,7 +90,9 @@ class MaxRetrieval(Task):
         items += klass
         items += self.item_offset
         ids, mask = seq2seq_view(items, (answer + self.answer_offset)[:, None])
-        with gc_paused():
-            source = np.stack([priority, klass], axis=-1).tolist()
-        target = answer[:, None].tolist()
-        return TaskBatch(ids, mask, source, target)
+
+        def source() -> list:
+            with gc_paused():
+                return np.stack([priority, klass], axis=-1).tolist()
+
+        return TaskBatch(ids, mask, source, answer[:, None].tolist)

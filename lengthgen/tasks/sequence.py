@@ -53,7 +53,7 @@ class _SymbolTask(Task):
         target = self._transform(source)
         offset = len(self.vocab.tokens) - self.config.vocab_size
         ids, mask = seq2seq_view(source + offset, target + offset)
-        return TaskBatch(ids, mask, source.tolist(), target.tolist())
+        return TaskBatch(ids, mask, source.tolist, target.tolist)  # views built on first use
 
 
 @register_task()
