@@ -25,9 +25,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_serializer,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -78,6 +80,10 @@ class ModelConfig(_Frozen):
         return self.n_layers * per_layer + 2 * (self.vocab_size or 0) * self.d_model
 
 
+#: TrainConfig fields added after the first recorded runs, with the default they are not written at.
+TRAIN_FIELDS_ADDED: dict[str, Any] = {"precision": "fp32"}
+
+
 class TrainConfig(_Frozen):
     steps: int = Field(1000, ge=0, le=limits.MAX_STEPS)
     batch_size: int = Field(64, ge=1, le=limits.MAX_SAMPLES)
@@ -95,6 +101,19 @@ class TrainConfig(_Frozen):
     selection: Literal["id", "8x"] = Field(
         "id", description="checkpoint selection: in-distribution validation, or the paper's 8x"
     )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="training arithmetic: fp32, or bf16 autocast (faster, other numerics)"
+    )
+
+    @model_serializer(mode="wrap")
+    def _unwritten_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Fields added after runs were recorded are not written at their default, so every
+        recorded config keeps its text, hash and run id."""
+        data = handler(self)
+        for name, default in TRAIN_FIELDS_ADDED.items():
+            if data.get(name) == default:
+                del data[name]
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
-from lengthgen.tasks import TASKS, get_task
+from lengthgen.tasks import TASKS, get_task, new_task_params
 
 BUILTINS = ["copy", "sort", "reverse", "max_retrieval", "mqmtar", "flip_flop"]
 RECORD_KEYS = ["task", "length", "seed", "index", "source", "target", "input_ids", "loss_mask"]
@@ -30,7 +30,7 @@ def test_describe(name: str) -> None:
     result = runner.invoke(app, ["tasks", "--describe", name])
     assert result.exit_code == 0, result.output
     out = result.stdout
-    task = get_task(name)
+    task = get_task(name, **new_task_params(name, {}))  # the stream new runs get
     assert out.startswith(f"{name}: {task.description}")
     assert task.length_unit in out and f"minimum length: {task.min_length}" in out
     for field, info in type(task.config).model_fields.items():
@@ -42,7 +42,7 @@ def test_describe(name: str) -> None:
 
 @pytest.mark.parametrize("name", BUILTINS)
 def test_sample_jsonl(name: str) -> None:
-    task = get_task(name)
+    task = get_task(name, **new_task_params(name, {}))
     length = max(task.min_length, 12)
     result = runner.invoke(
         app, ["sample", "--task", name, "--length", str(length), "--seed", "3", "--n", "3", "--split", "eval"]
@@ -81,7 +81,7 @@ def test_sample_structured_shapes() -> None:
 
 @pytest.mark.parametrize("name", BUILTINS)
 def test_sample_text(name: str) -> None:
-    task = get_task(name)
+    task = get_task(name, **new_task_params(name, {}))
     length = max(task.min_length, 10)
     result = runner.invoke(
         app, ["sample", "--task", name, "--length", str(length), "--n", "2", "--format", "text"]

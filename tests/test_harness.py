@@ -235,3 +235,22 @@ def test_divergence_stops_within_the_logging_interval(monkeypatch):
         train(model, task, config, torch.device("cpu"), progress=False)
     assert bad_from + 1 <= len(calls) <= bad_from + training.LOG_EVERY
     assert validations == []
+
+
+@pytest.mark.parametrize("attn", ["softmax", "asentmax"])
+def test_bf16_training_is_recorded_and_runs_bf16_products(attn):
+    """``train.precision = bf16`` autocasts the training forward passes (the linear layers run in
+    bfloat16, attention arithmetic stays fp32), is part of the config's hash, and still learns; the
+    default fp32 is not written, so recorded configs keep their hash."""
+    config = tiny_config(attn, **{"train.precision": "bf16"})
+    plain = tiny_config(attn)
+    assert '"precision":"bf16"' in config.canonical_json() and "precision" not in plain.canonical_json()
+    assert config.config_hash() != plain.config_hash()
+    assert RunConfig.model_validate_json(plain.canonical_json()).train.precision == "fp32"
+    task, model = build(config)
+    seen = set()
+    hook = model.blocks[0].mlp[0].register_forward_hook(lambda m, i, out: seen.add(out.dtype))
+    result = train(model, task, config, torch.device("cpu"), progress=False)
+    hook.remove()
+    assert torch.bfloat16 in seen and torch.float32 in seen  # training in bf16, validation in fp32
+    assert result.best_val_exact >= 0.6, result.history

@@ -141,8 +141,9 @@ def test_learned_seeds_on_the_published_leaderboard() -> None:
                     & (rows["factor"] == 1)].sort_values("seed")["exact_match"]
     assert sum(v >= 0.9 for v in exact_1x) == 1  # the same count from the raw rows
     assert "s0 0.0%" in row.cells[5].title and row.cells[6].title.endswith("s0 0.0%, s1 0.0%, s2 99.6%")
-    # These rows predate validation scores: one setting per row (nothing to choose), no protocol row.
-    assert texts(row)[2:4] == ["quick preset", "—"]
+    # These rows predate validation scores: one setting per row (nothing to choose), no protocol row;
+    # they drew MQMTAR's first stream, where the quick preset now draws its second.
+    assert texts(row)[2:4] == ["task_params.stream=1", "—"]
     protocol = [r for r in task_table(summary, "mqmtar").pinned if r.kind == "protocol"]
     assert protocol and all("n/a: runs predate validation columns" in texts(r)[2] for r in protocol)
 

@@ -87,6 +87,13 @@ class DivergenceWatch:
             raise TrainingDiverged(f"loss became {float(self.loss)} at step {step}; run stopped")
 
 
+def training_arithmetic(config: RunConfig, device: torch.device) -> torch.autocast:
+    """The forward passes of training steps in ``train.precision``: bf16 autocast runs matrix
+    products in bfloat16 (fp32 weights and optimizer, loss in fp32), which changes the numerics;
+    validation and evaluation always run in fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.train.precision == "bf16")
+
+
 def lr_at(step: int, config: RunConfig) -> float:
     """Linear warmup to lr, then cosine decay to lr · min_lr_ratio."""
     t = config.train
@@ -145,6 +152,7 @@ def train(
     label = f"train {run_key(config)}" + (f" (resumed at step {done.step})" if done.step else "")
     bar = display(t.steps, label, enabled=progress, unit="steps", leave=False, initial=done.step)
     divergence = DivergenceWatch(device)
+    arithmetic = training_arithmetic(config, device)
 
     def make_batch(step: int) -> ModelBatch:
         data = task.sample(t.batch_size, int(lengths[step]), seed=(config.seed, step), split="train")
@@ -155,7 +163,8 @@ def train(
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, config)
             batch = host_batch.to(device)
-            logits = model(batch.input_ids, batch.query_positions)
+            with arithmetic:
+                logits = model(batch.input_ids, batch.query_positions)
             loss = masked_loss(logits, batch)
             divergence.observe(loss, step)
             optimizer.zero_grad(set_to_none=True)

@@ -102,7 +102,10 @@ def attend(
     if prob.Nq == 0 or prob.Nk == 0:
         out, entropy, support = _empty(v, prob, rows)
     else:
-        out, entropy, support = _path(chosen, normalizer, q)(q, k, v, prob, normalizer, rows)
+        # Paths compute scores and normalizers in fp32 (``functional.precision``); a caller's
+        # autocast (bf16 training) would run their matrix products in bf16 behind their back.
+        with torch.autocast(q.device.type, enabled=False):
+            out, entropy, support = _path(chosen, normalizer, q)(q, k, v, prob, normalizer, rows)
     if rows is None:
         return out, None
     assert entropy is not None and support is not None

@@ -25,8 +25,10 @@ FIELD_ORDER = ("preset", "train.", "arch.", "task_params.", "attn_options.")
 
 
 def flatten(config: dict[str, Any]) -> dict[str, Any]:
-    """``{"train": {"lr": 1e-3}}`` → ``{"train.lr": 1e-3}``; the fields of a table row left out."""
-    out: dict[str, Any] = {}
+    """``{"train": {"lr": 1e-3}}`` → ``{"train.lr": 1e-3}``; the fields of a table row left out. A
+    config without a task stream names stream 1, the one it was made with (``tasks.base``), so a
+    run recorded before stream versions reads ``task_params.stream=1`` beside a preset's newer one."""
+    out: dict[str, Any] = {"task_params.stream": 1} if "task_params" in config else {}
     for key, value in config.items():
         if key in ROW_FIELDS:
             continue
