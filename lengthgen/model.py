@@ -18,6 +18,7 @@ from lengthgen.attention import ATTENTION
 from lengthgen.attention.backend import AttentionBackend, AttentionStats, LayerSpec
 from lengthgen.attention.positions import PositionScheme, apply_rope, get_position_scheme
 from lengthgen.config import ModelConfig
+from lengthgen.kernels.problem import full_row_positions
 
 __all__ = ["ModelConfig", "Transformer", "build_backend"]
 
@@ -43,8 +44,10 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
         self.out = nn.Linear(config.d_model, config.d_model, bias=False)
         self.backend = build_backend(config, layer, scheme)
+        # On the host whatever the model's device: the engine reads slopes on the host and keeps
+        # one device copy of them (``kernels.problem.on_device``), never one per call.
         slopes = torch.tensor(scheme.slopes(config.n_heads), dtype=torch.float32)
-        self.register_buffer("slopes", slopes if scheme.has_bias() else None, persistent=False)
+        self.slopes = slopes if scheme.has_bias() else None
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         b, n, _ = t.shape
@@ -54,7 +57,7 @@ class SelfAttention(nn.Module):
         self, x: torch.Tensor, query_positions: torch.Tensor | None, stats: AttentionStats | None
     ) -> torch.Tensor:
         b, n, d = x.shape
-        positions = torch.arange(n, device=x.device)
+        positions = full_row_positions(n, x.device)
         q_all_w, k_w, v_w = self.qkv.weight.split(d, dim=0)
         x_q = x if query_positions is None else x[:, query_positions]
         q_pos = positions if query_positions is None else query_positions

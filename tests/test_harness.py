@@ -254,3 +254,31 @@ def test_bf16_training_is_recorded_and_runs_bf16_products(attn):
     hook.remove()
     assert torch.bfloat16 in seen and torch.float32 in seen  # training in bf16, validation in fp32
     assert result.best_val_exact >= 0.6, result.history
+
+
+@pytest.mark.parametrize("attn", sorted(e.name for e in ATTENTION.entries() if e.builtin))
+def test_a_training_step_never_waits_for_the_device(attn, monkeypatch):
+    """On the meta device every read of a tensor's value by the host raises: a training step
+    (forward, loss, divergence watch, backward, clipping, AdamW) that runs there has no host-device
+    synchronisation. The engine is held to the materialized path, which a GPU trains on wherever
+    the Triton kernel does not run (the query rows of the last layer, every non-α-entmax layer)."""
+    from lengthgen.harness.batches import ModelBatch, masked_loss
+    from lengthgen.harness.train import DivergenceWatch
+    from lengthgen.kernels import engine
+
+    config = build_run_config("mqmtar", attn, preset="paper-tasks", pos="nape")
+    task, model = build(config)
+    model.to("meta")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    batch = ModelBatch.from_task(task.sample(4, 40), "cpu").to("meta")
+    watch = DivergenceWatch(torch.device("meta"))
+    monkeypatch.setattr(engine, "_choose", lambda *args: "materialized")
+    for step in range(2):
+        loss = masked_loss(model(batch.input_ids, batch.query_positions), batch)
+        watch.observe(loss, step)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        watch.check()  # the check itself reads the device: that is why it runs every LOG_EVERY steps

@@ -32,6 +32,7 @@ says itself whether it can run; only this module decides what runs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
@@ -104,12 +105,18 @@ def attend(
     else:
         # Paths compute scores and normalizers in fp32 (``functional.precision``); a caller's
         # autocast (bf16 training) would run their matrix products in bf16 behind their back.
-        with torch.autocast(q.device.type, enabled=False):
+        with _without_autocast(q.device):
             out, entropy, support = _path(chosen, normalizer, q)(q, k, v, prob, normalizer, rows)
     if rows is None:
         return out, None
     assert entropy is not None and support is not None
     return out, Diagnostics(rows, entropy, support)
+
+
+def _without_autocast(device: torch.device) -> AbstractContextManager[object]:
+    if device.type in ("cpu", "cuda") and torch.is_autocast_enabled(device.type):
+        return torch.autocast(device.type, enabled=False)
+    return nullcontext()
 
 
 def _needs_grad(*tensors: Tensor) -> bool:

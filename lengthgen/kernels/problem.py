@@ -11,13 +11,14 @@ with keys at positions 0 … Nk−1 and pos_i the absolute position of query row
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["AttnProblem", "per_head", "prepare", "score_block"]
+__all__ = ["AttnProblem", "full_row_positions", "on_device", "per_head", "prepare", "score_block"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,28 @@ class AttnProblem:
         return self.slopes if self.has_alibi else None
 
 
+@functools.lru_cache(maxsize=64)
+def full_row_positions(n: int, device: torch.device) -> Tensor:
+    """``arange(n)`` on ``device``, one shared tensor per (n, device): the query positions of a
+    full causal layer. The engine recognizes this very tensor as full rows without reading it,
+    which on an accelerator would wait for the device. Treat it as read-only."""
+    return torch.arange(n, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def _constant_on(values: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def on_device(t: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """A small CPU tensor of constants (per-head slopes) on ``device``: a copy per call from
+    pageable memory would make the host wait for the device, so accelerator copies are made once
+    per value and kept."""
+    if t.device == device or device.type == "cpu":
+        return t.to(device=device, dtype=dtype)
+    return _constant_on(tuple(t.detach().cpu().reshape(-1).tolist()), device, dtype).view(t.shape)
+
+
 def per_head(value: float | Tensor | None, H: int, name: str, default: float) -> Tensor:
     """An (H,) float64 CPU tensor from a float, a 1-element or an (H,) tensor, or None."""
     if value is None:
@@ -84,6 +107,20 @@ def _check_values(q: Tensor, k: Tensor, v: Tensor, needs_grad: bool) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.numel() and not bool(torch.isfinite(t).all()):
             raise ValueError(f"attention input {name} contains NaN or infinite values")
+
+
+def _check_positions(pos: Tensor, Nk: int, causal: bool) -> None:
+    """Query positions in [0, Nk) (causal: keys after the last one do not exist). On CPU a
+    ValueError; on an accelerator an assertion queued on the device, so the host never waits for
+    it (a bad position then fails the next synchronizing call)."""
+    if not pos.numel():
+        return
+    if pos.device.type == "cpu":
+        if int(pos.min()) < 0 or (causal and int(pos.max()) >= Nk):
+            raise ValueError(f"q_positions must lie in [0, {Nk}) (got {int(pos.min())}..{int(pos.max())})")
+        return
+    inside = (pos >= 0).all() & ((pos < Nk).all() if causal else True)
+    torch._assert_async(inside, f"q_positions must lie in [0, {Nk})")
 
 
 def prepare(
@@ -126,9 +163,9 @@ def prepare(
         pos = q_positions.to(device=q.device, dtype=torch.long).reshape(-1)
         if pos.numel() != Nq:
             raise ValueError(f"q_positions has {pos.numel()} entries for {Nq} query rows")
-        if Nq and (int(pos.min()) < 0 or (causal and int(pos.max()) >= Nk)):
-            raise ValueError(f"q_positions must lie in [0, {Nk}) (got {int(pos.min())}..{int(pos.max())})")
-    full_rows = Nq == Nk and (q_positions is None or bool((pos == torch.arange(Nk, device=pos.device)).all()))
+        _check_positions(pos, Nk, causal)
+    full_rows = Nq == Nk and (q_positions is None or q_positions is full_row_positions(Nk, q.device)
+                              or bool((pos == torch.arange(Nk, device=pos.device)).all()))
     return AttnProblem(
         B=B, H=H, Nq=Nq, Nk=Nk, D=D, scale=sc, causal=bool(causal), slopes=slopes,
         has_alibi=bool((slopes != 0).any()), q_positions=pos, full_rows=full_rows,
@@ -155,9 +192,11 @@ def score_block(
     k_pos = torch.arange(n_k, device=q.device)
     if slopes is not None:
         distance = (q_pos[:, None] - k_pos[None, :]).to(scores.dtype)  # exact: integers < 2^24
-        scores.addcmul_(slopes.to(device=q.device, dtype=scores.dtype)[:, None, None], distance, value=-1.0)
+        scores.addcmul_(on_device(slopes, q.device, scores.dtype)[:, None, None], distance, value=-1.0)
     if causal and q_pos.numel():
-        first = int(q_pos.min()) + 1
+        # the earliest query's position bounds the masked keys; reading it on an accelerator would
+        # make the host wait, so there the mask covers every key (the same scores either way)
+        first = int(q_pos.min()) + 1 if q_pos.device.type == "cpu" else 0
         if first < n_k:
             future = k_pos[None, first:] > q_pos[:, None]
             scores[..., first:].masked_fill_(future, float("-inf"))

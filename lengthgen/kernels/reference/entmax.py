@@ -16,7 +16,7 @@ from lengthgen.functional.entmax import entmax_forward, entmax_threshold
 from lengthgen.functional.precision import compute_dtype
 from lengthgen.kernels import chunking
 from lengthgen.kernels.diagnostics import DiagnosticSink
-from lengthgen.kernels.problem import AttnProblem
+from lengthgen.kernels.problem import AttnProblem, on_device
 
 __all__ = ["chunked_entmax_attention"]
 
@@ -43,7 +43,7 @@ def chunked_entmax_attention(
     # Work in x = (α−1)·z: fold scale·(α−1) into q and (α−1) into the slopes.
     qs = q.to(cd) * (prob.scale * am1).view(1, H, 1, 1)
     kc, vc = k.to(cd), v.to(cd)
-    slopes = (prob.slopes.to(device=dev, dtype=cd) * am1) if prob.has_alibi else None
+    slopes = (on_device(prob.slopes, dev, cd) * am1) if prob.has_alibi else None
     shared = bool((alpha == alpha[0]).all())
     a_arg: float | Tensor = float(alpha[0]) if shared else alpha.to(device=dev, dtype=cd).view(H, 1, 1)
     pos_all = prob.q_positions

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from lengthgen.functional.entmax import check_alpha
+from lengthgen.kernels.problem import on_device
 
 __all__ = ["triton_available", "triton_entmax_attention", "triton_path", "unavailable_reason"]
 
@@ -86,7 +87,7 @@ def _block_sizes(block_d: int, interpret: bool) -> tuple[int, int]:
 def _per_head(value: float | Tensor, heads: int, device: torch.device, name: str) -> Tensor:
     """An (H,) fp32 tensor on `device`, read by the kernels at run time (no recompilation per value)."""
     if isinstance(value, Tensor):
-        t = value.detach().to(device=device, dtype=torch.float32).reshape(-1)
+        t = on_device(value.detach(), device, torch.float32).reshape(-1)
         if t.numel() == 1:
             t = t.expand(heads)
         if t.numel() != heads:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from lengthgen.kernels.normalizers import Normalizer, Softmax
-from lengthgen.kernels.problem import AttnProblem
+from lengthgen.kernels.problem import AttnProblem, on_device
 from lengthgen.kernels.reference.generic import chunked_path
 
 __all__ = ["flex_path", "unavailable_reason"]
@@ -55,7 +55,7 @@ def flex_attention_rows(q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem) -> T
     """Softmax attention of q's rows (at ``prob.q_positions``) over all keys, ALiBi included."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    slopes = prob.slopes.to(device=q.device, dtype=torch.float32)
+    slopes = on_device(prob.slopes, q.device, torch.float32)
     positions = prob.q_positions.to(q.device)
     causal = prob.causal
 
