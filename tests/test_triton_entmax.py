@@ -272,3 +272,66 @@ def test_gpu_benchmark_script_runs_in_smoke_mode():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "correctness ok" in proc.stdout and "FAIL" not in proc.stdout
     assert "entmax triton 1024 rows" in proc.stdout and "softmax flex" in proc.stdout
+
+
+def _kernel_specializations(kernel, calls):
+    """The keys Triton's JIT compiles one kernel binary per, for each recorded launch: per argument
+    its type and, unless the kernel opts out, whether it is 1 or divisible by 16 (pointers: 16-byte
+    aligned); constexprs by value. Computed with Triton's own specializer, so the interpreter
+    counts what a GPU would compile."""
+    import inspect
+
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import JITFunction, native_specialize_impl
+
+    interpreted = kernel.fn  # the Autotuner's InterpretedFunction
+    options = {k: interpreted.kwargs.get(k) for k in ("do_not_specialize", "do_not_specialize_on_alignment")}
+    jit = JITFunction(interpreted.fn, **options)
+    signature = inspect.signature(interpreted.fn)
+    keys = set()
+    for args, kwargs in calls:
+        bound = signature.bind(*args, **{k: v for k, v in kwargs.items() if k in signature.parameters})
+        key = []
+        for param in jit.params:
+            value = bound.arguments[param.name]
+            if param.is_constexpr:
+                key.append(("constexpr", value))
+            else:
+                key.append(native_specialize_impl(BaseBackend, value, param.is_const,
+                                                  not param.do_not_specialize,
+                                                  not param.do_not_specialize_on_alignment))
+        keys.add(repr(key))
+    return keys
+
+
+@pytest.mark.skipif(not INTERPRET, reason="counts launches under the interpreter")
+def test_a_training_run_compiles_a_few_kernels_whatever_its_lengths(monkeypatch):
+    """Every training length of a run (32..64, as MQMTAR and copy train) through the forward and
+    both backward kernels, shaped as the model calls them (q, k, v as transposed views of the
+    projections): a bounded number of distinct specializations per kernel, however many lengths."""
+    from lengthgen.kernels.engine import attend
+    from lengthgen.kernels.normalizers import Entmax
+    from lengthgen.kernels.problem import full_row_positions
+
+    kern = te._load_kernels()
+    kernels = {"fwd": kern.entmax_fwd, "dq": kern.entmax_bwd_dq, "dkdv": kern.entmax_bwd_dkdv}
+    calls = {name: [] for name in kernels}
+    for name, kernel in kernels.items():
+        real = kernel.fn.run
+
+        def record(*args, _name=name, _real=real, **kwargs):
+            calls[_name].append((args, kwargs))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(kernel.fn, "run", record)
+    heads, d_head, slopes = 2, 16, torch.tensor([0.5, 0.0])
+    g = torch.Generator().manual_seed(0)
+    for n in range(32, 65):
+        x = torch.randn(1, n, 3 * heads * d_head, generator=g).requires_grad_()
+        q, k, v = (t.view(1, n, heads, d_head).transpose(1, 2) for t in x.split(heads * d_head, dim=-1))
+        out, _ = attend(q, k, v, Entmax(1.5), q_positions=full_row_positions(n, q.device),
+                        alibi_slopes=slopes, impl="triton")
+        out.sum().backward()
+    counts = {name: len(_kernel_specializations(kernels[name], recorded)) for name, recorded in calls.items()}
+    assert all(len(recorded) == 33 for recorded in calls.values())
+    assert counts == {"fwd": 1, "dq": 1, "dkdv": 1}  # 3 each while the lengths were specialized on

@@ -123,7 +123,13 @@ def _score_grad(q, kt, vt, do, tau, logs, delta, alpha, km1, offs_m, offs_n, N, 
     return a, xs, dz
 
 
-@triton.jit
+#: Integer arguments that change with the sequence length. Triton would otherwise compile one binary
+#: per combination of "is 1" and "is a multiple of 16" of each (3 per kernel over a run training at
+#: lengths 32..64); the kernels mask every tile against them, so those hints buy nothing.
+_LENGTHS = ("NQ", "N", "NB_M", "NB_N")
+
+
+@triton.jit(do_not_specialize=_LENGTHS)
 def _entmax_fwd(
     Q, K, V, O, ALPHA, SLOPES, TAU, LOGS, VU, MASK, POS, ENT, SUP,
     SQ, SK, SV, SO,
@@ -285,7 +291,7 @@ def _entmax_fwd(
                  mask=row_ok[:, None])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_LENGTHS[1:])
 def _entmax_bwd_dq(
     Q, K, V, DO, DQ, ALPHA, SLOPES, TAU, LOGS, DELTA, MASK,
     SQ, SK, SV, SDO, SDQ,
@@ -331,7 +337,7 @@ def _entmax_bwd_dq(
     _put_tile(_head_base(DQ, SDQ, b, h), offs_m, SDQ, offs_d, dq, qd_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_LENGTHS[1:])
 def _entmax_bwd_dkdv(
     Q, K, V, DO, DK, DV, ALPHA, SLOPES, TAU, LOGS, DELTA, MASK,
     SQ, SK, SV, SDO, SDK, SDV,
