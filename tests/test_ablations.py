@@ -44,16 +44,19 @@ def test_every_setting_of_an_ablation_is_a_row(tmp_path: Path) -> None:
     assert ablation.title == "Does the learning rate matter?"
     assert ablation.paragraphs == ("It does.", "A `lr` grid.")
     table = ablation_table(ablation.rows)
-    rows = {(r.cells[1].plain, r.cells[3].text.split(" · ")[0]): [c.plain for c in r.cells]
+    # one task and one position scheme: no column for either (the backend's header names them)
+    assert [h.text for h in table.headers][:4] == ["backend", "setting", "seeds", "learned"]
+    assert "task copy" in table.headers[0].title and "position scheme nape" in table.headers[0].title
+    rows = {(r.cells[0].plain, r.cells[1].text.split(" · ")[0]): [c.plain for c in r.cells]
             for r in table.rows}
     assert set(rows) == {("entmax", "train.lr=0.001"), ("entmax", "train.lr=0.004"),
                          ("entmax [attn=softmax]", VARIANT_SETTING)}
     high = rows[("entmax", "train.lr=0.004")]
-    assert high[4:] == ["2", "2/2", "93.0 [67.6, 100.0]", "30.0 [0.0, 100.0]", "1×"]
+    assert high[2:] == ["2", "2/2", "93.0 [67.6, 100.0]", "30.0 [0.0, 100.0]", "1×"]
     low = rows[("entmax", "train.lr=0.001")]
-    assert low[4:] == ["2", "0/2", "5.0 [0.0, 68.5]", "0.0 [0.0, 0.0]", "—"]
+    assert low[2:] == ["2", "0/2", "5.0 [0.0, 68.5]", "0.0 [0.0, 0.0]", "—"]
     plain = rows[("entmax [attn=softmax]", VARIANT_SETTING)]
-    assert plain[4:7] == ["1", "0/1", "50.0 [40.4, 59.6]"]
+    assert plain[2:5] == ["1", "0/1", "50.0 [40.4, 59.6]"]
 
 
 def test_commands_rebuild_the_grid_and_the_variants(tmp_path: Path) -> None:
@@ -107,6 +110,6 @@ def test_a_variant_never_tested_at_1x_does_not_say_no_seed_learned(tmp_path: Pat
     (ablation,) = load_ablations(_ablation(tmp_path))
     rows = ablation.rows[(ablation.rows["eval_variant"] == "") | (ablation.rows["factor"] == 2)]
     table = ablation_table(rows)
-    learned = {r.cells[1].plain: r.cells[5].plain for r in table.rows
-               if r.cells[3].text.startswith(("train.lr=0.004", "eval"))}
+    learned = {r.cells[0].plain: r.cells[3].plain for r in table.rows
+               if r.cells[1].text.startswith(("train.lr=0.004", "eval"))}
     assert learned == {"entmax": "2/2", "entmax [attn=softmax]": "—"}

@@ -13,41 +13,63 @@ from leaderboard_rows import ROWS, make_rows  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
-from lengthgen.leaderboard import load_rows, plot_exact_match, render
-from lengthgen.leaderboard.latex import latex_escape
+from lengthgen.leaderboard import latex, load_rows, plot_exact_match, render
+from lengthgen.leaderboard.latex import PREAMBLE, latex_escape
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
 
-def compile_latex(folder: Path, tables: list[str]) -> str:
-    """pdflatex on a document that inputs the tables; returns the log (fails the test on an error)."""
+def compile_latex(folder: Path, tables: list[str], options: str = "") -> str:
+    """pdflatex on an article (``options``: e.g. twocolumn) with the recommended preamble that inputs
+    the tables; returns the log. Fails the test on an error and on any overfull box: a table wider
+    than the text is broken in a paper."""
     if shutil.which("pdflatex") is None:
         pytest.skip("pdflatex is not installed (Debian: texlive-latex-base texlive-latex-recommended)")
     body = "".join(f"\\input{{{name}}}\n" for name in tables)
-    (folder / "doc.tex").write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
-                                    f"{body}\\end{{document}}\n", encoding="utf-8")
+    document = (f"\\documentclass[{options}]{{article}}\n{PREAMBLE}\n\\begin{{document}}\n"
+                f"{body}\\end{{document}}\n")
+    (folder / "doc.tex").write_text(document, encoding="utf-8")
     done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=folder,
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:]
     assert (folder / "doc.pdf").stat().st_size > 1000
-    return done.stdout
+    log = (folder / "doc.log").read_text(encoding="utf-8", errors="replace")
+    assert "Overfull \\hbox" not in log, [line for line in log.splitlines() if "Overfull" in line]
+    return log
 
 
 def test_the_published_tables_compile(tmp_path: Path) -> None:
-    rows = load_rows(REPO / "leaderboard" / "ablations" / "quick-preset")
+    """The board's own tables, every task to its longest length (max_retrieval and MQMTAR: 11
+    lengths), fit a one-column article; the effective-length matrix spans a two-column one."""
+    rows = load_rows(REPO / "leaderboard")
     files = render(rows, latex=True).files
     tasks = sorted(rows["task"].unique())
     for task in tasks:
         (tmp_path / f"{task}.tex").write_bytes(files[f"latex/{task}.tex"])
     log = compile_latex(tmp_path, tasks)
     assert "Undefined control sequence" not in log and "Missing character" not in log
+    wide = files["latex/max_retrieval.tex"].decode()
+    assert wide.count(r"\toprule") == wide.count(r"\bottomrule") == 3  # 11 lengths: blocks of 4 columns
+    assert r"\label{tab:lengthgen-max-retrieval}" in wide and "Protocol: paper-tasks preset" in wide
     copy = files["latex/copy.tex"].decode()
-    assert copy.count(r"\toprule") == copy.count(r"\bottomrule") == 1 and copy.count(r"\midrule") == 2
-    assert r"\label{tab:lengthgen-copy}" in copy and "Protocol: quick preset, training lengths 8..16" in copy
     softmax = next(line for line in copy.splitlines() if line.startswith("softmax &"))
-    assert softmax.split(" & ")[2] == r"\bfseries 99.9 [99.3, 100.0]"  # the best 1x (tied with SSMax)
+    assert softmax.split(" & ")[2] == r"\bfseries \shortstack[r]{99.7\\{\scriptsize\mdseries [99.2, 100.0]}}"
     assert "paper: asentmax &  & 100.0" in copy  # the paper's rows below the rule, no interval
+    (tmp_path / "effective_length.tex").write_bytes(files["latex/effective_length.tex"])
+    compile_latex(tmp_path, ["effective_length"], "twocolumn")
+    assert r"\begin{table*}" in files["latex/effective_length.tex"].decode()
+
+
+def test_the_overfull_check_can_fail(tmp_path: Path) -> None:
+    """The compile check catches a table wider than the text (here: every length in one block)."""
+    rows = load_rows(REPO / "leaderboard")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(latex, "FACTORS_PER_BLOCK", 11)
+        files = render(rows[rows["task"] == "max_retrieval"], latex=True).files
+    (tmp_path / "max_retrieval.tex").write_bytes(files["latex/max_retrieval.tex"])
+    with pytest.raises(AssertionError, match="Overfull"):
+        compile_latex(tmp_path, ["max_retrieval"])
 
 
 def test_names_from_data_are_escaped(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from lengthgen.leaderboard import (
     seed_interval,
     summarize,
     t_quantile,
+    task_settings_table,
     task_table,
 )
 
@@ -104,29 +105,38 @@ def test_summary_cells_and_effective_length() -> None:
     assert entmax.loc[1, "ci_method"] == "wilson" and entmax.loc[1, "ci_lo"] == pytest.approx(
         wilson_interval(95, 100)[0])
     paper = summary[summary["source"] == "paper"]
-    assert set(paper["method"]) == {"softmax", "asentmax"}  # the paper reports Copy for these two
-    assert set(paper["effective_length"]) == {16}
+    assert set(paper["method"]) == {"softmax", "entmax", "asentmax"}  # the paper reports Copy for these three
+    assert set(paper["effective_length"]) == {32}  # its 32× column: 96.1–96.3%
 
     table = task_table(summary, "copy")
     headers = [h.text for h in table.headers]
-    assert headers[6:12] == ["ID (1×)", "2×", "4×", "8×", "16×", "64×"]  # measured 1..8, the paper's 16, 64
+    assert headers[:2] == ["backend", "learned"]  # one position scheme: no column for it
+    assert headers[2:9] == ["ID (1×)", "2×", "4×", "8×", "16×", "32×", "64×"]  # ours 1..8, the paper's 16..64
     assert [r.cells[0].text for r in table.rows] == ["asentmax", "entmax", "softmax"]
     first = texts(table.rows[0])
-    assert first[7] == "97.0 [94.5, 99.5]" and first[-2] == "4×" and first[4] == "3" and first[5] == "3/3"
-    assert texts(table.rows[1])[6] == "95.0 [88.8, 97.8]" and texts(table.rows[1])[8] == "—"  # entmax: to 2x
+    assert first[3] == "97.0 [94.5, 99.5]" and first[-1] == "4× seeds 4 / 4 / 4" and first[1] == "3/3"
+    assert texts(table.rows[1])[2] == "95.0 [88.8, 97.8]" and texts(table.rows[1])[4] == "—"  # entmax: to 2x
+    assert texts(table.rows[2])[-1] == "1× seeds 2 / 1 / 1"  # softmax: the mean holds 1×, a seed 2×
     pinned = [(r.kind, r.cells[0].text) for r in table.pinned]
     assert pinned == [("protocol", f"{PROTOCOL_LABEL}: softmax"), ("paper", f"{PAPER_LABEL}: softmax"),
-                      ("protocol", f"{PROTOCOL_LABEL}: entmax"),  # the paper's order; entmax has no paper row
+                      ("protocol", f"{PROTOCOL_LABEL}: entmax"),
+                      ("paper", f"{PAPER_LABEL}: entmax (see note)"),
                       ("protocol", f"{PROTOCOL_LABEL}: asentmax"), ("paper", f"{PAPER_LABEL}: asentmax")]
-    assert "32..64" in PAPER_LABEL
-    assert texts(table.pinned[1])[10:12] == ["99.4", "85.5"]
+    assert "32..64" in PAPER_LABEL and "suspect" in table.pinned[3].cells[0].title
+    assert texts(table.pinned[1])[6:9] == ["99.4", "96.1", "85.5"]
+    settings_table = task_settings_table(summary, "copy")
+    assert [h.text for h in settings_table.headers] == ["backend", "pos", "setting", "runner-up", "seeds",
+                                                        "failed"]
+    assert [texts(r)[4:] for r in settings_table.rows] == [["3", "0"], ["1", "0"], ["3", "1"]]
 
 
 def test_all_failed_method_still_listed() -> None:
     rows = rows_to_frame([{"run_id": "copy-x-nape-s0-1", "task": "copy", "attn": "x", "pos": "nape",
                            "seed": 0, "status": "failed", "error": "TrainingDiverged: loss is nan"}])
-    row = task_table(summarize(rows), "copy").rows[0]
-    assert row.cells[0].text == "x" and texts(row)[-2:] == ["— (0/1 learned)", "1"] and texts(row)[5] == "0/1"
+    summary = summarize(rows)
+    row = task_table(summary, "copy").rows[0]
+    assert row.cells[0].text == "x" and texts(row)[-1] == "— 0/1 learned" and texts(row)[1] == "0/1"
+    assert texts(task_settings_table(summary, "copy").rows[0])[-2:] == ["1", "1"]  # 1 seed, 1 failed
 
 
 def test_learned_seeds_on_the_published_leaderboard() -> None:
@@ -136,14 +146,16 @@ def test_learned_seeds_on_the_published_leaderboard() -> None:
     rows = rows[rows["preset"] == "quick"]
     summary = summarize(rows[rows["task"] == "mqmtar"])
     row = next(r for r in task_table(summary, "mqmtar").rows if texts(r)[:2] == ["softmax", "nape"])
-    assert texts(row)[5] == "1/3"
+    assert texts(row)[2] == "1/3"
     exact_1x = rows[(rows["task"] == "mqmtar") & (rows["attn"] == "softmax") & (rows["pos"] == "nape")
                     & (rows["factor"] == 1)].sort_values("seed")["exact_match"]
     assert sum(v >= 0.9 for v in exact_1x) == 1  # the same count from the raw rows
-    assert "s0 0.0%" in row.cells[5].title and row.cells[6].title.endswith("s0 0.0%, s1 0.0%, s2 99.6%")
+    assert "s0 0.0%" in row.cells[2].title and row.cells[3].title.endswith("s0 0.0%, s1 0.0%, s2 99.6%")
     # These rows predate validation scores: one setting per row (nothing to choose), no protocol row;
     # they drew MQMTAR's first stream, where the quick preset now draws its second.
-    assert texts(row)[2:4] == ["task_params.stream=1", "—"]
+    chosen = next(r for r in task_settings_table(summary, "mqmtar").rows
+                  if texts(r)[:2] == ["softmax", "nape"])
+    assert texts(chosen)[2:4] == ["task_params.stream=1", "—"]
     protocol = [r for r in task_table(summary, "mqmtar").pinned if r.kind == "protocol"]
     assert protocol and all("n/a: runs predate validation columns" in texts(r)[2] for r in protocol)
 
@@ -162,9 +174,9 @@ def test_setting_chosen_by_validation_never_by_test() -> None:
     summary = summarize(two_settings((0.95, 0.10), (0.80, 0.90)))
     table = task_table(summary, "copy")
     assert len(table.rows) == 1  # one row per (backend, scheme): the chosen setting
-    row = texts(table.rows[0])
+    row = texts(task_settings_table(summary, "copy").rows[0])
     assert row[2] == "train.lr=0.001 · val 95.0" and row[3] == "train.lr=0.002 · val 80.0"
-    assert row[6] == "91.0 [78.3, 100.0]"  # the lower rate's test numbers, though the other tests better
+    assert texts(table.rows[0])[2] == "91.0 [78.3, 100.0]"  # the lower rate's, though the other tests better
     chosen = summary[(summary["source"] == "measured") & summary["chosen"]]
     assert set(chosen["setting"]) == {"train.lr=0.001"} and set(chosen["runner_up"]) == {"train.lr=0.002"}
     assert set(summary.loc[~summary["chosen"], "selection"]) == {"not chosen"}  # the loser stays in the CSV
@@ -178,12 +190,13 @@ def test_setting_chosen_by_validation_never_by_test() -> None:
 def test_settings_without_validation_scores_are_not_ranked() -> None:
     summary = summarize(two_settings((0.95, 0.1), None))
     table = task_table(summary, "copy")
-    assert [texts(r)[2] for r in table.rows] == ["train.lr=0.001 · val 95.0", "train.lr=0.002"]
-    assert {texts(r)[3] for r in table.rows} == {"—"}
+    chosen = task_settings_table(summary, "copy")
+    assert [texts(r)[2] for r in chosen.rows] == ["train.lr=0.001 · val 95.0", "train.lr=0.002"]
+    assert {texts(r)[3] for r in chosen.rows} == {"—"}
     assert set(summary.loc[summary["source"] == "measured", "selection"]) == {
         "n/a: runs predate validation columns: 2 settings shown separately"}
     protocol = [r for r in table.pinned if r.kind == "protocol"]
-    assert texts(protocol[0])[2].startswith("n/a: runs predate validation columns")
+    assert texts(protocol[0])[1].startswith("n/a: runs predate validation columns")
 
 
 def test_failed_training_counts_as_zero_for_selection() -> None:
@@ -206,10 +219,10 @@ def test_effective_length_summary_table() -> None:
     # each task's column names the preset and the number of seeds behind its cells
     assert [h.text for h in table.headers] == ["backend", "pos", "copy (quick, 3 seeds)",
                                                "sort (quick, 1 seed)"]
-    assert [texts(r) for r in table.rows] == [["asentmax", "nape", "4×", ""],
-                                              ["softmax", "nape", "1×", "≥ 2×"]]
+    assert [texts(r) for r in table.rows] == [["asentmax", "nape", "4× seeds 4 / 4 / 4", ""],
+                                              ["softmax", "nape", "1× seeds 2 / 1 / 1", "≥ 2×"]]
     paper_softmax = next(r for r in table.pinned if texts(r)[0] == f"{PAPER_LABEL}: softmax")
-    assert texts(paper_softmax)[2:] == ["16×", "1×"]
+    assert texts(paper_softmax)[2:] == ["32×", "1×"]
     assert "| backend | pos | copy (quick, 3 seeds) | sort (quick, 1 seed) |" in markdown(table)
 
 
@@ -222,10 +235,12 @@ def test_effective_length_over_learned_seeds_beside_all_seeds() -> None:
     table = task_table(summary, "copy")
     by_backend = {texts(r)[0]: texts(r) for r in table.rows}
     # all seeds: mean 1x = 0.66 < 0.9, so none; the two learned seeds hold >= 90% up to 4x
-    assert by_backend["asentmax"][5] == "2/3" and by_backend["asentmax"][-2] == "— · 4× over 2/3 learned"
-    assert by_backend["softmax"][-2] == "— (0/1 learned)"
+    assert by_backend["asentmax"][1] == "2/3"
+    assert by_backend["asentmax"][-1] == "— 4× over 2/3 learned · seeds ≥ 8 / 4 / —"  # seed 0 holds to 8×
+    assert by_backend["softmax"][-1] == "— 0/1 learned"
     effective = effective_table(summary)
-    assert [texts(r)[2] for r in effective.rows] == ["— · 4× over 2/3 learned", "— (0/1 learned)"]
+    assert [texts(r)[2] for r in effective.rows] == ["— 4× over 2/3 learned · seeds ≥ 8 / 4 / —",
+                                                     "— 0/1 learned"]
     csv = pd.read_csv(io.BytesIO(render(make_rows(curves)).files["leaderboard.csv"]))
     measured = csv[csv["source"] == "measured"].set_index(["method", "factor"])
     assert pd.isna(measured.loc[("softmax", 1), "effective_length"])  # empty, never 0
@@ -241,15 +256,16 @@ def test_outputs_are_deterministic() -> None:
     shuffled = rows.sample(frac=1.0, random_state=3).reset_index(drop=True)
     second = render(shuffled, source="sweep", out_name="board", commit="abc1234").files
     assert sorted(first) == ["README.md", "leaderboard.csv", "leaderboard.html", "plots/copy_dispersion.svg",
-                             "plots/copy_exact_match.svg"]
+                             "plots/copy_exact_match.svg", "plots/overview.svg"]
     for name in first:
         assert first[name] == second[name], name
     for name in ("plots/copy_exact_match.svg", "plots/copy_dispersion.svg"):
         svg = first[name]
         assert svg.startswith(b"<?xml") and b"<dc:date>" not in svg and b"Matplotlib v" not in svg
     html = first["leaderboard.html"].decode()
-    assert html.count("data:image/svg+xml;base64,") == 2 and "<script>" in html
-    assert html.count('class="sortable"') == 4  # effective length, copy, paper vs ours, protocol
+    assert html.count("data:image/svg+xml;base64,") == 3 and "<script>" in html
+    # effective length, copy and its settings, paper vs ours, protocol, commits
+    assert html.count('class="sortable"') == 6
     assert '<meta name="viewport"' in html and 'href="leaderboard.csv"' in html and 'href="README.md"' in html
     assert "Data as of 2026-01-03 00:00 UTC (newest run), data commit abc1234" in html
     readme = first["README.md"].decode()
@@ -291,7 +307,7 @@ def test_leaderboard_and_plot_commands(tmp_path: Path) -> None:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     snapshot = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    assert len(snapshot) == 5 and "hardware: 2-core CPU" in (out / "README.md").read_text()
+    assert len(snapshot) == 6 and "hardware: 2-core CPU" in (out / "README.md").read_text()
     html = (out / "leaderboard.html").read_text()
     assert 'href="../sweep/data/"' in html and "data commit unknown" in html  # not a git repository
     again = runner.invoke(app, args)
@@ -321,5 +337,5 @@ def test_task_variant_rows_are_rows_of_their_own() -> None:
     rows = make_rows({("softmax", 0): [1.0, 0.9], ("softmax", 1): [1.0, 0.8]})
     variant = rows.assign(eval_variant="n_pairs=8", exact_match=0.5)
     table = task_table(summarize(pd.concat([rows, variant], ignore_index=True)), "copy")
-    assert [(texts(r)[0], texts(r)[6].split()[0]) for r in table.rows] == [("softmax", "100.0"),
+    assert [(texts(r)[0], texts(r)[2].split()[0]) for r in table.rows] == [("softmax", "100.0"),
                                                                          ("softmax [n_pairs=8]", "50.0")]

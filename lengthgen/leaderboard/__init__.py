@@ -8,11 +8,14 @@ name the installation does not know gives a placeholder.
 
 Modules, one job each: ``rows`` (reading results, the per-run view), ``stats`` (intervals, learned
 seeds, effective length), ``settings`` (naming settings), ``selection`` (which setting a row shows,
-the paper-protocol run), ``paper`` (the paper's numbers and protocol), ``summary`` (the long table
-of numbers), ``tables`` (table model, Markdown, CSV), ``views`` (what each table shows), ``page``
-(HTML, CSS, JavaScript), ``plots`` (figures), ``reproduce`` (commands), ``safe`` (slugs for
-ids and file names, CSV cells that are never formulas) and ``write`` (rendering and publishing
-the files).
+the paper-protocol run, the tie-break), ``paper`` (the paper's numbers and protocol), ``summary``
+(the long table of numbers), ``tables`` (table model, Markdown, CSV), ``views`` (what each table
+shows), ``headline`` (the first screen: a sentence per task and the task × backend matrix),
+``commits`` (which code made the rows), ``reasons`` (why a cell's seeds did not learn),
+``ablations`` (the ablation folders), ``sources`` (our folder and submitted ones), ``verified``
+(what the verification report covers), ``page`` (HTML, CSS, JavaScript), ``plots`` (figures),
+``latex`` (tables for papers), ``reproduce`` (commands), ``safe`` (slugs for ids and file names,
+CSV cells that are never formulas) and ``write`` (rendering and publishing the files).
 """
 
 from lengthgen.leaderboard.paper import PAPER_LABEL, PAPER_REPORTED, PROTOCOL_LABEL
@@ -29,7 +32,7 @@ from lengthgen.leaderboard.stats import (
 )
 from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
 from lengthgen.leaderboard.tables import effective_label, factor_label, markdown, pct
-from lengthgen.leaderboard.views import effective_table, task_table
+from lengthgen.leaderboard.views import effective_table, task_settings_table, task_table
 from lengthgen.leaderboard.write import DEFAULT_TITLE, Rendered, data_commit, render, write_leaderboard
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "PAPER_REPORTED", "PROTOCOL_LABEL", "Interval", "Rendered", "data_commit", "effective_label",
     "effective_length",
     "effective_table", "factor_label", "load_rows", "markdown", "paper_protocol", "pct", "plot_dispersion",
-    "plot_exact_match", "render", "seed_interval", "select_settings", "summarize", "t_quantile", "task_table",
+    "plot_exact_match", "render", "seed_interval", "select_settings", "summarize", "t_quantile",
+    "task_settings_table", "task_table",
     "write_leaderboard",
 ]

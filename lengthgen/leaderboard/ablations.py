@@ -71,13 +71,18 @@ def load_ablations(folder: str | os.PathLike[str]) -> list[Ablation]:
 
 
 def ablation_table(rows: pd.DataFrame) -> Table:
-    """One line per (task, backend, scheme, setting) the ablation ran, every setting shown."""
+    """One line per (task, backend, scheme, setting) the ablation ran, every setting shown; the task
+    and the position scheme get a column only when they vary (the title names them otherwise)."""
     summary = summarize(rows)
     part = summary[summary["source"] == "measured"]
     factors = sorted(int(f) for f in part["factor"].dropna().unique())
+    tasks, schemes = part["task"].nunique() > 1, part["pos"].nunique() > 1
     headers = (
-        Header("task"), Header("backend", "attention backend (and the evaluation variant, if any)"),
-        Header("pos", "position scheme"),
+        *([Header("task")] if tasks else []),
+        Header("backend", "attention backend (and the evaluation variant, if any)"
+               + ("" if tasks else f"; task {part['task'].iloc[0]}" if len(part) else "")
+               + ("" if schemes else f"; position scheme {part['pos'].iloc[0]}" if len(part) else "")),
+        *([Header("pos", "position scheme")] if schemes else []),
         Header("setting", "how this setting differs from the others (or from its preset); val = mean "
                           "in-distribution validation exact match over its seeds (%)"),
         Header("seeds", numeric=True),
@@ -97,7 +102,8 @@ def ablation_table(rows: pd.DataFrame) -> Table:
         runs = int(first["runs"])
         val = "" if is_missing(first["val_exact_id"]) else f" · val {pct(first['val_exact_id'])}"
         by_factor = {int(r.factor): r for r in group.itertuples() if not is_missing(r.factor)}
-        cells = [Cell(str(task)), Cell(str(method)), Cell(str(pos)),
+        cells = [*([Cell(str(task))] if tasks else []), Cell(str(method)),
+                 *([Cell(str(pos))] if schemes else []),
                  Cell(f"{first['setting']}{val}", None, str(first["setting_detail"] or "")),
                  Cell(str(runs), float(runs)),
                  learned_cell(int(first["learned_seeds"]), runs, by_factor.keys())]

@@ -13,7 +13,7 @@ import re
 
 import pandas as pd
 
-from lengthgen.leaderboard.paper import PAPER_TRAIN_LENGTHS
+from lengthgen.leaderboard.paper import PAPER_TRAIN_LENGTHS, backend_rank
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
 from lengthgen.leaderboard.tables import effective_label, factor_label, pct
 
@@ -27,15 +27,26 @@ def latex_escape(text: str) -> str:
     return re.sub("|".join(re.escape(k) for k in _SPECIAL), lambda m: _SPECIAL[m.group(0)], text)
 
 
+#: Factor columns per block: a task evaluated at more lengths is set as blocks of columns stacked
+#: in one float, so that a table fits the text width of a one-column article (``PREAMBLE``).
+FACTORS_PER_BLOCK = 4
+
+#: The preamble the tables are written for (and compiled with in the tests).
+PREAMBLE = r"\usepackage{booktabs}"
+
+
 def _cell(row: pd.Series) -> str:
-    text = pct(row["exact_match"])
+    """The mean, with its interval on a second, smaller line (LaTeX markup; the text is escaped)."""
+    text = latex_escape(pct(row["exact_match"]))
     if row["ci_method"] in ("t", "wilson"):
-        text += f" [{pct(row['ci_lo'])}, {pct(row['ci_hi'])}]"
+        interval = latex_escape(f"[{pct(row['ci_lo'])}, {pct(row['ci_hi'])}]")
+        return rf"\shortstack[r]{{{text}\\{{\scriptsize\mdseries {interval}}}}}"
     return text
 
 
 def task_frame(summary: pd.DataFrame, task: str) -> tuple[pd.DataFrame, list[int]]:
-    """The table as text cells (index: backend) and the positions of the paper's rows."""
+    """The table as LaTeX cells (names and numbers escaped; the interval cells carry their own
+    markup) and the positions of the paper's rows."""
     part = summary[(summary["task"] == task) & summary["chosen"].astype(bool)]
     factors = sorted(int(f) for f in part["factor"].dropna().unique())
     measured = part[part["source"] == "measured"]
@@ -47,16 +58,18 @@ def task_frame(summary: pd.DataFrame, task: str) -> tuple[pd.DataFrame, list[int
         label = _label(first, measured)
         cells = {"learned": f"{int(first['learned_seeds'])}/{int(first['runs'])}"}
         cells |= {factor_label(f): _cell(by_factor[f]) if f in by_factor else "" for f in factors}
-        cells["eff. length"] = effective_label(first["effective_length"], first["effective_length_capped"])
+        cells["eff. length"] = latex_escape(effective_label(first["effective_length"],
+                                                            first["effective_length_capped"]))
         rows.append(cells)
         labels.append(label)
     paper_rows = []
     for method, group in paper.groupby("method", sort=True):
         by_factor = {int(r["factor"]): r for _, r in group.iterrows()}
         first = group.iloc[0]
-        cells = {"learned": ""} | {factor_label(f): pct(by_factor[f]["exact_match"]) if f in by_factor else ""
-                                   for f in factors}
-        cells["eff. length"] = effective_label(first["effective_length"], first["effective_length_capped"])
+        cells = {"learned": ""} | {factor_label(f): latex_escape(pct(by_factor[f]["exact_match"]))
+                                   if f in by_factor else "" for f in factors}
+        cells["eff. length"] = latex_escape(effective_label(first["effective_length"],
+                                                            first["effective_length_capped"]))
         paper_rows.append(len(rows))
         rows.append(cells)
         labels.append(f"paper: {method}")
@@ -77,7 +90,7 @@ def _best(summary: pd.DataFrame, task: str, frame: pd.DataFrame,
     part = _measured(summary, task)
     best: set[tuple[int, str]] = set()
     labels = list(frame["backend"])
-    for factor, group in part.dropna(subset=["factor"]).groupby("factor"):
+    for factor, group in part.dropna(subset=["factor"]).groupby("factor"):  # our rows: ours to bold
         top = group["exact_match"].max()
         if is_missing(top) or top <= 0:
             continue
@@ -108,26 +121,72 @@ def caption(task: str, protocol: dict[str, str], seeds: int) -> str:
     return latex_escape(text)
 
 
+def _tabular(frame: pd.DataFrame, columns: list[str], best: set[tuple[int, str]],
+             paper_rows: list[int]) -> str:
+    """One block: a booktabs tabular of ``columns`` (the backend first), best cells in bold, a rule
+    above the paper's rows."""
+    head = " & ".join(latex_escape(c) for c in columns) + r" \\"
+    lines = [rf"\begin{{tabular}}{{l{'r' * (len(columns) - 1)}}}", r"\toprule", head, r"\midrule"]
+    for i, row in frame.iterrows():
+        if i in paper_rows and i == paper_rows[0]:
+            lines.append(r"\midrule")
+        cells = [latex_escape(str(row["backend"]))]
+        cells += [rf"\bfseries {row[c]}" if (i, c) in best else str(row[c]) for c in columns[1:]]
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines)
+
+
 def latex_table(summary: pd.DataFrame, task: str, protocol: dict[str, str]) -> str:
-    """One booktabs table (``table`` float with caption and label) for the task."""
+    """One table float for the task: ``FACTORS_PER_BLOCK`` factor columns per block, blocks stacked,
+    so that it fits a one-column article's text width with nothing but booktabs (``PREAMBLE``)."""
     frame, paper_rows = task_frame(summary, task)
     best = _best(summary, task, frame, paper_rows)
     runs = _measured(summary, task)["runs"].dropna()
     seeds = int(runs.max()) if not runs.empty else 0
-    escaped = frame.map(lambda text: latex_escape(str(text)))  # ours: it also spells ×, ≥ and — for pdflatex
-    escaped.columns = [latex_escape(str(c)) for c in frame.columns]
-    by_name = dict(zip(escaped.columns, frame.columns, strict=True))
+    factors = [c for c in frame.columns if c not in ("backend", "learned", "eff. length")]
+    groups = [factors[i:i + FACTORS_PER_BLOCK] for i in range(0, len(factors), FACTORS_PER_BLOCK)] or [[]]
+    blocks = [_tabular(frame, ["backend", *(["learned"] if i == 0 else []), *group,
+                               *(["eff. length"] if i == len(groups) - 1 else [])], best, paper_rows)
+              for i, group in enumerate(groups)]
+    label = f"tab:lengthgen-{re.sub(r'[^a-z0-9]+', '-', task.lower())}"
+    return "\n".join([r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}",
+                      "\n\n\\medskip\n".join(blocks), rf"\caption{{{caption(task, protocol, seeds)}}}",
+                      rf"\label{{{label}}}", r"\end{table}", ""])
 
-    def bold(column: pd.Series) -> list[str]:
-        return ["font-weight: bold" if (i, by_name[column.name]) in best else "" for i in range(len(column))]
 
-    styler = escaped.style.apply(bold, axis=0).hide(axis="index")
-    text = styler.to_latex(hrules=True, convert_css=True, caption=caption(task, protocol, seeds),
-                           label=f"tab:lengthgen-{re.sub(r'[^a-z0-9]+', '-', task.lower())}",
-                           column_format="l" + "r" * (len(frame.columns) - 1), position="t")
-    if paper_rows:  # a rule between our rows and the paper's
-        lines = text.splitlines()
-        first = next(i for i, line in enumerate(lines) if line.startswith("paper: "))
-        lines.insert(first, r"\midrule")
-        text = "\n".join(lines) + "\n"
-    return text
+def latex_effective_table(summary: pd.DataFrame) -> str:
+    """The effective-length matrix (a row per backend, a column per task) as a ``table*`` float: it
+    spans both columns of a two-column article. Each cell: the effective length of the mean over
+    seeds, each seed's own below it, and the paper's where it reports one."""
+    from lengthgen.leaderboard.headline import standings
+
+    table = standings(summary)
+    tasks = sorted(table)
+    methods = sorted({s.method for rows in table.values() for s in rows}, key=backend_rank)
+    cells = {(s.task, s.method): s for rows in table.values() for s in rows}
+    lines = [r"\begin{table*}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{4pt}",
+             rf"\begin{{tabular}}{{l{'c' * len(tasks)}}}", r"\toprule",
+             " & ".join(["backend", *(latex_escape(t) for t in tasks)]) + r" \\", r"\midrule"]
+    for method in methods:
+        row = [latex_escape(method)]
+        for task in tasks:
+            s = cells.get((task, method))
+            if s is None:
+                row.append("")
+                continue
+            seeds = "/".join(("$\\geq$" if c else "") + (str(n) if n else "---") for _, n, c in s.seeds)
+            parts = [latex_escape(effective_label(s.mean_length, s.mean_capped)), rf"{{\scriptsize {seeds}}}"]
+            if s.paper:
+                parts.append(rf"{{\scriptsize\itshape paper {latex_escape(s.paper)}}}")
+            row.append(r"\shortstack{" + r"\\".join(parts) + "}")
+        lines.append(" & ".join(row) + r" \\[2pt]")
+    runs = sorted({s.runs for s in cells.values()})
+    text = (f"Effective length per task and backend: the largest factor of the training length whose mean "
+            f"exact match over seeds ({'/'.join(map(str, runs))} seeds) stays at or above "
+            f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every length up to it (≥: even the longest tested length "
+            "passes; ---: not even 1×); below it each seed's own, then the paper's reported figure where it "
+            f"has one (trained at {PAPER_TRAIN_LENGTHS}, the best of 3 seeds).")
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(text)}}}",
+              r"\label{tab:lengthgen-effective-length}", r"\end{table*}", ""]
+    return "\n".join(lines)

@@ -23,13 +23,13 @@ h1{margin-bottom:.2em}.meta{color:#555;margin-top:0}nav a{margin-right:.6em}
 .scroll:focus-visible{outline:2px solid #1a66c9}
 table{border-collapse:collapse;font-size:13px}
 th,td{border:1px solid #ccc;padding:3px 5px;vertical-align:top}
-th{background:#f0f0f0;white-space:nowrap;text-align:left}
+th{background:#f0f0f0;text-align:left}
 th button{font:inherit;font-weight:600;color:inherit;background:none;border:0;padding:0;cursor:pointer}
 th button:focus-visible{outline:2px solid #1a66c9;outline-offset:2px}
 th .ind{display:inline-block;min-width:1em;color:#1a66c9}
-td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-td.t{min-width:4em}
-td .ci{display:block;font-size:11px;color:#666;white-space:nowrap}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;padding:3px 4px}
+td.t{min-width:4em;overflow-wrap:anywhere}
+td .ci{display:block;font-size:10.5px;color:#666;white-space:nowrap}td .ci.w{white-space:normal}
 .scroll th:first-child,.scroll td:first-child{position:sticky;left:0;z-index:1;background:#fff;
 box-shadow:1px 0 0 #bbb}
 .scroll th:first-child{background:#f0f0f0}
@@ -42,7 +42,17 @@ figure{margin:1em 0}figure img{width:100%;max-width:1100px;height:auto}
 figcaption{font-size:13px;color:#444;max-width:60em}
 pre{background:#f6f6f6;padding:1em;overflow-x:auto;white-space:pre;max-width:100%}
 code{font-size:90%}
-@media (max-width:600px){body{margin:.6em auto;padding:0 .6em}table{font-size:12px}}"""
+ul.verdicts{padding-left:1.2em;max-width:62em}ul.verdicts li{margin:.25em 0}
+.hm-wrap{overflow-x:auto;max-width:100%;margin:.6em 0}
+table.headline{font-size:13px}table.headline th,table.headline td{padding:4px 7px}
+table.headline td{min-width:7.5em;text-align:center;font-variant-numeric:tabular-nums}
+table.headline th[scope=row]{text-align:left;background:#f7f7f7}
+.hm-main{display:block;font-weight:700;font-size:15px}.hm-seeds,.hm-paper{display:block;font-size:11px;color:#333}
+.hm-paper{font-style:italic;color:#555}.hm-none{color:#999}
+details{margin:.8em 0}details>summary{cursor:pointer;font-weight:600}
+@media (max-width:600px){body{margin:.6em auto;padding:0 .6em}table{font-size:12px}
+table.headline td{min-width:5.6em;padding:3px 4px}.hm-main{font-size:13px}
+.hm-seeds,.hm-paper{font-size:10px}}"""
 
 SCRIPT = """(function () {
   function value(cell) {
@@ -100,7 +110,8 @@ def _cell(cell: Cell, numeric: bool) -> str:
     if cell.span > 1:
         attrs.append(f'colspan="{cell.span}"')
     kind = "n" if numeric and cell.span == 1 else "t"
-    detail = f'<span class="ci">{html.escape(cell.detail)}</span>' if cell.detail else ""
+    kind_ci = "ci w" if cell.wrap else "ci"
+    detail = f'<span class="{kind_ci}">{html.escape(cell.detail)}</span>' if cell.detail else ""
     opening = f'<td class="{kind}" {" ".join(attrs)}>'.replace(" >", ">")
     return opening + html.escape(cell.text) + detail + "</td>"
 
@@ -158,13 +169,20 @@ class Section:
     blocks: tuple[str, ...]
 
 
+def folded(summary: str, blocks: Sequence[str], anchor: str = "") -> str:
+    """Blocks under a ``<details>`` element: on the page, one click away instead of in the way."""
+    id_attr = f' id="{_attr(anchor)}"' if anchor else ""
+    return f"<details{id_attr}><summary>{summary}</summary>\n" + "\n".join(blocks) + "\n</details>"
+
+
 def page(*, title: str, meta: str, links: Sequence[tuple[str, str]], intro: Sequence[str],
-         summary: str, sections: Sequence[Section], tail: Sequence[str]) -> str:
-    """The whole document. ``intro`` and ``tail`` are HTML blocks; ``meta`` is plain text."""
+         summary: str, sections: Sequence[Section], tail: Sequence[str], lead: Sequence[str] = ()) -> str:
+    """The whole document. ``lead`` (the first screen: the answer), ``intro`` and ``tail`` are
+    HTML blocks; ``meta`` is text with Markdown code spans, as the README shows it."""
     e = html.escape
     link_html = " · ".join(f'<a href="{_attr(href)}">{e(text)}</a>' for text, href in links)
     nav = " ".join(f'<a href="#{_attr(s.anchor)}">{e(s.title)}</a>' for s in sections)
-    body = [f"<h1>{e(title)}</h1>", f'<p class="meta">{e(meta)} · {link_html}</p>',
+    body = [f"<h1>{e(title)}</h1>", f'<p class="meta">{code_spans(meta)} · {link_html}</p>', *lead,
             f"<nav>Tasks: {nav}</nav>", *intro, summary]
     for s in sections:
         body.append(f'<section id="{_attr(s.anchor)}"><h2>{e(s.title)}</h2>')

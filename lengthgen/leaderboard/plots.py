@@ -28,6 +28,7 @@ from matplotlib.ticker import NullLocator  # noqa: E402
 from lengthgen.files import atomic_write  # noqa: E402
 from lengthgen.leaderboard.paper import PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank  # noqa: E402
 from lengthgen.leaderboard.rows import ok_rows, prepared  # noqa: E402
+from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD as EFFECTIVE_LINE  # noqa: E402
 from lengthgen.leaderboard.stats import LEARNED_THRESHOLD, learned, stable_mean  # noqa: E402
 from lengthgen.leaderboard.summary import summarize  # noqa: E402
 
@@ -207,4 +208,46 @@ def plot_dispersion(rows: pd.DataFrame, task: str, path: Target, summary: pd.Dat
     ax_s.set_title(f"{task}: attention support")
     handles, _ = ax_e.get_legend_handles_labels()
     fig.legend(handles=[*handles, *_seed_key()], loc="outside right upper", fontsize=8, frameon=False)
+    return _finish(fig, path, fmt)
+
+
+OVERVIEW_CAPTION = (
+    "Every task at a glance: exact match (%) against length, one panel per task, the mean over seeds of "
+    "each backend's chosen setting (the per-task figures below add every seed and the paper's numbers). "
+    "The dotted line is the 90% of the effective length."
+)
+
+
+def plot_overview(rows: pd.DataFrame, path: Target, summary: pd.DataFrame | None = None,
+                  fmt: str | None = None) -> Any:
+    """Small multiples: one panel per task, exact match against length, every backend's mean; the
+    first screen's figure (one shared legend, panels in a row of up to three)."""
+    frame = prepared(rows)
+    table = summary if summary is not None else summarize(rows)
+    styles = Styles.of(frame)
+    tasks = sorted(frame["task"].dropna().unique())
+    columns = min(3, max(1, len(tasks)))
+    lines = -(-len(tasks) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(3.4 * columns + 1.8, 2.6 * lines), squeeze=False,
+                             layout="constrained")
+    for ax in axes.flat[len(tasks):]:
+        ax.set_visible(False)
+    labels: dict[str, Any] = {}
+    for ax, task in zip(axes.flat, tasks, strict=False):
+        ok = ok_rows(frame, task)
+        for attn, pos, setting, label in _shown(frame, table, task):
+            runs = ok[(ok["attn"] == attn) & (ok["pos"] == pos) & (ok["setting"] == setting)]
+            _mean_line(ax, runs, "exact_match", 100.0, styles, attn, pos, label)
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            labels.setdefault(label, handle)
+        ax.axhline(100 * EFFECTIVE_LINE, color="0.5", linewidth=0.8, linestyle=(0, (1, 2)))
+        _factor_axis(ax, ok["factor"])
+        ax.set_xlabel("× training length", fontsize=8)
+        ax.tick_params(axis="x", labelsize=6, labelrotation=60)
+        ax.set_ylim(-2, 102)
+        ax.grid(True, alpha=0.3)
+        ax.set_title(task, fontsize=10)
+    axes[0][0].set_ylabel("exact match (%)")
+    ordered = sorted(labels.items(), key=lambda kv: backend_rank(kv[0].split(" ")[0]))
+    fig.legend(handles=[h for _, h in ordered], loc="outside right upper", fontsize=8, frameon=False)
     return _finish(fig, path, fmt)

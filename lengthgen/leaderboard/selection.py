@@ -34,6 +34,10 @@ from lengthgen.leaderboard.rows import config_dict
 from lengthgen.leaderboard.stats import is_missing
 
 PREDATES = "n/a: runs predate validation columns"
+#: How exact ties of the selection score are broken: the gentler optimizer, which is the less likely to
+#: owe its score to a lucky escape from the instabilities that sink runs on these tasks; the
+#: setting's id only when even those are equal.
+TIE_BREAK = "the smaller learning rate, then the longer warm-up"
 ONLY = "only setting"
 PROVISIONAL = "provisional"
 # (recorded, planned) screening runs per (task, backend, scheme) whose plan grid is screened in part
@@ -55,6 +59,13 @@ class SettingScore:
     description: str  # its difference from the preset
     score: float | None  # mean 1× validation exact match over the compared seeds; None when one lacks it
     runs: int
+    tie_key: tuple[float, float] = (0.0, 0.0)  # (learning rate, −warm-up): ``TIE_BREAK``
+
+
+def tie_key(config: Mapping[str, Any]) -> tuple[float, float]:
+    """``TIE_BREAK`` as a sort key: (learning rate, −warm-up steps); missing fields sort first."""
+    train = config.get("train", {}) if isinstance(config, Mapping) else {}
+    return float(train.get("lr", 0.0) or 0.0), -float(train.get("warmup_steps", 0) or 0)
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,16 @@ class Selection:
             return f"{PREDATES}: {len(self.ranked)} settings shown separately"
         plural = "s" if len(self.seeds) > 1 else ""
         on = f" on seed{plural} {', '.join(map(str, self.seeds))}" if self.seeds else ""
-        return f"best mean 1× validation of {len(self.ranked)} settings{on}"
+        note = f"best mean 1× validation of {len(self.ranked)} settings{on}"
+        if self.tied:
+            note += f"; tied with the runner-up, broken by {TIE_BREAK}"
+        return note
+
+    @property
+    def tied(self) -> bool:
+        """Whether the winner's score equals the runner-up's (the tie-break chose)."""
+        runner = self.runner_up
+        return runner is not None and runner.score == self.ranked[0].score
 
 
 def _configs(runs: pd.DataFrame) -> dict[str, dict[str, Any]]:
@@ -115,14 +135,14 @@ def select_settings(runs: pd.DataFrame,
             values = [run_score(run, "val_id") for _, run in part.iterrows() if run["seed"] in seeds]
             score = None if any(v is None for v in values) else math.fsum(sorted(values)) / len(values)
             scored.append(SettingScore(setting, labels[setting], settings.describe(configs[setting], setting),
-                                       score, len(part)))
+                                       score, len(part), tie_key(configs[setting])))
         if len(scored) == 1:
             status: Literal["only", "selected", "n/a"] = "only"
         elif any(s.score is None for s in scored):
             status = "n/a"
         else:
             status = "selected"
-            scored.sort(key=lambda s: (-(s.score or 0.0), s.label, s.setting))
+            scored.sort(key=lambda s: (-(s.score or 0.0), s.tie_key, s.setting))
         compared = tuple(sorted(int(s) for s in seeds if not is_missing(s)))
         row = (str(key[0]), str(key[1]), str(key[2]))
         out[row] = Selection(tuple(scored), status, compared, (screening or {}).get(row))
@@ -141,9 +161,17 @@ class ProtocolPick:
     description: str = ""
 
     @property
+    def tie_break(self) -> bool:
+        """Every candidate scored 0 at 8× validation: the pick is the 1× tie-break's, not an 8× one."""
+        return self.run_id is not None and not self.val_8x
+
+    @property
     def note(self) -> str:
         if self.run_id is None:
             return PREDATES
+        if self.tie_break:
+            return (f"tie-break pick: 8× validation is 0 for all {self.candidates} runs, so the best 1× "
+                    f"validation ({100 * (self.val_id or 0.0):.1f}%), then the lower seed, chose")
         return f"best of {self.candidates} runs by 8× validation ({100 * (self.val_8x or 0.0):.1f}%)"
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from lengthgen.leaderboard.paper import PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank
+from lengthgen.leaderboard.paper import PAPER_CAVEATS, PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank
 from lengthgen.leaderboard.rows import config_dict, ok_rows, prepared, runs
 from lengthgen.leaderboard.selection import (
     ProtocolPick,
@@ -35,7 +35,8 @@ CSV_COLUMNS: tuple[str, ...] = (
     "val_exact_id", "val_exact_8x", "runner_up", "runner_up_val_exact_id", "factor", "eval_length",
     "n_seeds", "exact_match", "ci_lo", "ci_hi", "ci_method", "per_seed", "learned_seeds", "runs",
     "runs_failed", "attn_entropy", "attn_support", "n_samples", "effective_length",
-    "effective_length_capped", "effective_length_learned", "effective_length_learned_capped", "preset",
+    "effective_length_capped", "effective_length_learned", "effective_length_learned_capped",
+    "effective_length_seeds", "effective_length_worst", "effective_length_worst_capped", "preset",
     "attn_package",
 )
 
@@ -50,6 +51,25 @@ def _effective(means: dict[int, float]) -> tuple[int | None, bool | None]:
     """Effective length and whether it is capped; both empty when even 1x fails (never 0)."""
     factor, capped = effective_length(means)
     return (factor, capped) if factor else (None, None)
+
+
+def seed_effective_lengths(group: pd.DataFrame) -> list[tuple[int, int, bool]]:
+    """(seed, effective length, capped) of every run of a cell, by seed: each run's own effective
+    length over the factors it was evaluated at (0 when even 1× fails or the run failed)."""
+    out = []
+    ok = ok_rows(group)
+    runs_by_seed = group[["seed", "run_id"]].drop_duplicates().sort_values(["seed", "run_id"])
+    for seed, run_id in runs_by_seed.itertuples(index=False):
+        mine = ok[ok["run_id"] == run_id]
+        means = {int(f): float(v) for f, v in zip(mine["factor"], mine["exact_match"], strict=True)}
+        factor, capped = effective_length(means)
+        out.append((int(seed), int(factor), bool(capped and factor)))
+    return out
+
+
+def seed_lengths_text(per_seed: list[tuple[int, int, bool]]) -> str:
+    """``s0=>=1024;s1=32;s2=0`` (the CSV): each seed's effective length, ``>=`` when capped."""
+    return ";".join(f"s{seed}={'>=' if capped else ''}{factor}" for seed, factor, capped in per_seed)
 
 
 def _common_means(ok: pd.DataFrame) -> dict[int, float]:
@@ -89,11 +109,16 @@ def _cells(group: pd.DataFrame, base: dict[str, Any], learned_runs: set[str]) ->
         })
     eff, capped = _effective(_common_means(ok_rows(group)))
     eff_learned, capped_learned = _effective(_learned_means(group, learned_runs))
+    per_seed = seed_effective_lengths(group)
+    worst = min(per_seed, key=lambda s: (s[1], s[2])) if per_seed else None
     if not cells:  # every run failed before any evaluation: keep a line so its failures show
         cells.append({**base, "factor": None, "n_seeds": 0})
     for c in cells:
         c.update(effective_length=eff, effective_length_capped=capped, effective_length_learned=eff_learned,
-                 effective_length_learned_capped=capped_learned)
+                 effective_length_learned_capped=capped_learned,
+                 effective_length_seeds=seed_lengths_text(per_seed) if per_seed else None,
+                 effective_length_worst=worst[1] if worst else None,
+                 effective_length_worst_capped=worst[2] if worst else None)
     return cells
 
 
@@ -181,7 +206,10 @@ def _paper(task: str) -> list[dict[str, Any]]:
             out.append({
                 "task": task, "source": "paper", "method": method, "pos": "",
                 "setting": f"reported (trained at {PAPER_TRAIN_LENGTHS})", "recipe": "", "chosen": True,
-                "selection": "the paper's own (see the protocol table)", "factor": factor,
+                "selection": "; ".join(["the paper's own (see the protocol table)",
+                                        *([PAPER_CAVEATS[(task, method)]] if (task, method) in PAPER_CAVEATS
+                                          else [])]),
+                "factor": factor,
                 "exact_match": value / 100, "ci_method": "reported", "effective_length": eff,
                 "effective_length_capped": capped,
             })

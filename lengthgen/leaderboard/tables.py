@@ -30,6 +30,7 @@ class Cell:
     title: str = ""
     span: int = 1  # columns this cell covers (a row that says "n/a" across its numbers)
     detail: str = ""  # a second, smaller line on the page (the interval); after the text in Markdown
+    wrap: bool = False  # the second line may wrap (a list of values), where an interval never does
 
     @property
     def plain(self) -> str:

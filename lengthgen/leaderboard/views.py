@@ -18,6 +18,7 @@ import pandas as pd
 
 from lengthgen.errors import UserError
 from lengthgen.leaderboard.paper import (
+    PAPER_CAVEATS,
     PAPER_LABEL,
     PAPER_PROTOCOL,
     PAPER_SELECTION_LEVEL,
@@ -72,22 +73,49 @@ def _interval_cell(r: Any, runs: int, paper: bool) -> Cell:
     return Cell(pct(r.exact_match), float(r.exact_match), title, detail=detail.strip())
 
 
+def seed_lengths(text: Any) -> str:
+    """``s0=>=1024;s1=32`` → '≥ 1024 / 32' (— for a seed that fails even 1×)."""
+    if not isinstance(text, str) or not text:
+        return ""
+    parts = []
+    for item in text.split(";"):
+        value = item.partition("=")[2]
+        capped, factor = value.startswith(">="), int(value.removeprefix(">="))
+        parts.append("—" if factor == 0 else f"{'≥ ' if capped else ''}{factor}")
+    return " / ".join(parts)
+
+
+def worst_seed_sort(r: Any) -> float:
+    """The order of effective lengths: by the worst seed's (what every seed holds), then by the
+    mean's, so a mean carried by some seeds never ranks above one that every seed reaches."""
+    worst = r.get("effective_length_worst") if hasattr(r, "get") else None
+    mean = effective_sort(r["effective_length"], r["effective_length_capped"])
+    if is_missing(worst):
+        return mean
+    return effective_sort(worst if int(worst) else None, r.get("effective_length_worst_capped")) * 4096 + mean
+
+
 def effective_cell(r: Any) -> Cell:
-    """Effective length over all seeds; beside it, when not every seed learned, over the seeds that
-    did (a mean that averages in seeds at 0% says "did not learn", not "did not extrapolate")."""
+    """Effective length over all seeds with each seed's own beside it; when not every seed learned,
+    also over the seeds that did (a mean that averages in seeds at 0% says "did not learn", not "did
+    not extrapolate"). Sorted by the worst seed (``worst_seed_sort``)."""
     everyone = effective_label(r["effective_length"], r["effective_length_capped"])
-    sort = effective_sort(r["effective_length"], r["effective_length_capped"])
+    sort = worst_seed_sort(r)
     runs = 0 if is_missing(r["runs"]) else int(r["runs"])
     k = 0 if is_missing(r["learned_seeds"]) else int(r["learned_seeds"])
+    seeds = seed_lengths(r.get("effective_length_seeds")) if runs > 1 else ""
+    per_seed = f"seeds {seeds}" if seeds else ""
+    seeds_title = f"; each seed's own: {seeds}" if seeds else ""
     if runs == 0 or k == runs:
-        return Cell(everyone, sort, "over every seed (every seed learned the task)" if runs else "")
+        return Cell(everyone, sort, ("of the mean over every seed (every seed learned the task)"
+                                     + seeds_title) if runs else "", detail=per_seed, wrap=True)
     if k == 0:
-        return Cell(f"{everyone} (0/{runs} learned)", sort, "no seed learned the task in distribution: "
-                    "its extrapolation is not measured")
+        return Cell(everyone, sort, "no seed learned the task in distribution: its extrapolation is not "
+                    "measured", detail=f"0/{runs} learned", wrap=True)
     over_learned = effective_label(r["effective_length_learned"], r["effective_length_learned_capped"])
-    return Cell(f"{everyone} · {over_learned} over {k}/{runs} learned", sort,
-                f"first over all {runs} seeds, then over the {k} seeds that learned the task (1× test exact "
-                f"match ≥ {LEARNED_THRESHOLD * 100:.0f}%)")
+    return Cell(everyone, sort, f"first over all {runs} seeds, then over the {k} seeds that learned the task "
+                f"(1× test exact match ≥ {LEARNED_THRESHOLD * 100:.0f}%){seeds_title}",
+                detail=f"{over_learned} over {k}/{runs} learned · {per_seed}", wrap=True)
 
 
 def _factor_headers(part: pd.DataFrame, factors: list[int]) -> list[Header]:
@@ -100,25 +128,31 @@ def _factor_headers(part: pd.DataFrame, factors: list[int]) -> list[Header]:
     return headers
 
 
-def task_headers(part: pd.DataFrame, factors: list[int]) -> tuple[Header, ...]:
+def task_headers(part: pd.DataFrame, factors: list[int], schemes: bool) -> tuple[Header, ...]:
     return (
         Header("backend", "attention backend; the rows below the line are pinned: per backend, our run "
                           "chosen as the paper chose its numbers, then the paper's number"),
-        Header("pos", "position scheme"),
-        Header("setting", "the setting (recipe without seed) shown: the one with the best mean "
-                          "in-distribution validation exact match over the seeds every setting ran; "
-                          "val = that mean (%)"),
-        Header("runner-up", "the second-best setting by the same rule"),
-        Header("seeds", "runs (seeds) of the setting", numeric=True),
+        *([Header("pos", "position scheme")] if schemes else []),
         Header("learned", f"seeds whose in-distribution (1×) test exact match is ≥ "
                           f"{LEARNED_THRESHOLD * 100:.0f}%, of all seeds", numeric=True),
         *_factor_headers(part, factors),
         Header("eff. length", f"largest factor whose mean exact match stays ≥ "
                               f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every factor up to it "
-                              "(≥: even the longest evaluated one passes); when not every seed learned, "
-                              "also over the seeds that learned", numeric=True),
-        Header("failed", "runs recorded as failed (diverged, out of memory, …)", numeric=True),
+                              "(≥: even the longest evaluated one passes), each seed's own below; when not "
+                              "every seed learned, also over the seeds that learned", numeric=True),
     )
+
+
+SETTINGS_HEADERS = (
+    Header("backend", "attention backend; pinned below the line: our run chosen as the paper chose"),
+    Header("pos", "position scheme"),
+    Header("setting", "the setting (recipe without seed) shown: the one with the best mean "
+                      "in-distribution validation exact match over the seeds every setting ran; "
+                      "val = that mean (%)"),
+    Header("runner-up", "the second-best setting by the same rule"),
+    Header("seeds", "runs (seeds) of the setting", numeric=True),
+    Header("failed", "runs recorded as failed (diverged, out of memory, …)", numeric=True),
+)
 
 
 def _setting_cells(first: Any) -> tuple[Cell, Cell]:
@@ -145,7 +179,13 @@ def _backend_cell(first: Any) -> Cell:
     return Cell(str(first["method"]), None, f"provided by {package}", detail=package)
 
 
-def _measured_row(group: pd.DataFrame, factors: list[int]) -> Row:
+def _factor_cells(group: pd.DataFrame, factors: list[int], runs: int, paper: bool) -> list[Cell]:
+    by_factor = {int(r.factor): r for r in group.itertuples() if not is_missing(r.factor)}
+    missing = Cell("", -1.0, "not reported") if paper else Cell(NONE, -1.0, "not evaluated")
+    return [_interval_cell(by_factor[f], runs, paper) if f in by_factor else missing for f in factors]
+
+
+def _measured_row(group: pd.DataFrame, factors: list[int], schemes: bool) -> Row:
     first = group.iloc[0]
     runs = int(first["runs"])
     by_factor = {int(r.factor): r for r in group.itertuples() if not is_missing(r.factor)}
@@ -153,77 +193,96 @@ def _measured_row(group: pd.DataFrame, factors: list[int]) -> Row:
     learned = int(first["learned_seeds"])
     learned_title = (f"1× test exact match per seed: {_seeds_title(one_x.per_seed) if one_x else 'none'}; "
                      f"a seed learned when ≥ {LEARNED_THRESHOLD * 100:.0f}%")
-    setting, runner = _setting_cells(first)
-    cells = [_backend_cell(first), Cell(str(first["pos"])), setting, runner,
-             Cell(str(runs), float(runs)), learned_cell(learned, runs, by_factor.keys(), learned_title)]
-    for f in factors:
-        r = by_factor.get(f)
-        cells.append(_interval_cell(r, runs, False) if r is not None else Cell(NONE, -1.0, "not evaluated"))
-    cells.append(effective_cell(first))
-    cells.append(Cell(str(int(first["runs_failed"])), float(first["runs_failed"])))
+    cells = [_backend_cell(first), *([Cell(str(first["pos"]))] if schemes else []),
+             learned_cell(learned, runs, by_factor.keys(), learned_title),
+             *_factor_cells(group, factors, runs, False), effective_cell(first)]
     return Row(tuple(cells))
 
 
-def _protocol_row(group: pd.DataFrame, factors: list[int]) -> Row:
+def _protocol_label(first: Any) -> Cell:
+    return Cell(f"{PROTOCOL_LABEL}: {first['method']}", None,
+                "the single best run of this backend over seeds × settings × position schemes, "
+                "selected on 8× validation exact match (never on test data), as the paper selected; "
+                f"{PROTOCOL_SELECTION_LEVEL}; {PAPER_SELECTION_LEVEL}")
+
+
+def _protocol_row(group: pd.DataFrame, factors: list[int], schemes: bool) -> Row:
     first = group.iloc[0]
-    label = Cell(f"{PROTOCOL_LABEL}: {first['method']}", None,
-                 "the single best run of this backend over seeds × settings × position schemes, "
-                 "selected on 8× validation exact match (never on test data), as the paper selected; "
-                 f"{PROTOCOL_SELECTION_LEVEL}; {PAPER_SELECTION_LEVEL}")
+    label = _protocol_label(first)
+    pos = [Cell(str(first["pos"]) or NONE)] if schemes else []
     if is_missing(first["factor"]):
-        span = len(factors) + 6
         why = Cell(f"{first['selection']} (no 8× validation scores to select on)", None,
-                   "re-run or re-evaluate the runs to record validation scores", span=span)
-        return Row((label, Cell(NONE), why), kind="protocol")
-    detail = first["setting_detail"] if isinstance(first["setting_detail"], str) else ""
-    by_factor = {int(r.factor): r for r in group.itertuples() if not is_missing(r.factor)}
+                   "re-run or re-evaluate the runs to record validation scores", span=len(factors) + 2)
+        return Row((label, *pos, why), kind="protocol")
     learned = int(first["learned_seeds"])
-    cells = [label, Cell(str(first["pos"])),
-             Cell(str(first["setting"]), None, f"{first['selection']}; {detail}"), Cell(NONE),
-             Cell(f"1 of {int(first['runs'])}", 1.0, "one run, chosen among this many"),
-             Cell(f"{learned}/1", float(learned))]
-    for f in factors:
-        r = by_factor.get(f)
-        cells.append(_interval_cell(r, 1, False) if r is not None else Cell(NONE, -1.0, "not evaluated"))
-    cells.append(Cell(effective_label(first["effective_length"], first["effective_length_capped"])))
-    cells.append(Cell(str(int(first["runs_failed"]))))
+    cells = [label, *pos, Cell(f"{learned}/1", float(learned), f"{first['selection']}"),
+             *_factor_cells(group, factors, 1, False),
+             Cell(effective_label(first["effective_length"], first["effective_length_capped"]))]
     return Row(tuple(cells), kind="protocol")
 
 
-def _paper_row(group: pd.DataFrame, factors: list[int]) -> Row:
+def _paper_row(group: pd.DataFrame, factors: list[int], schemes: bool) -> Row:
     first = group.iloc[0]
-    by_factor = {int(r.factor): r for r in group.itertuples()}
-    cells = [Cell(f"{PAPER_LABEL}: {first['method']}", None,
+    caveat = PAPER_CAVEATS.get((str(first["task"]), str(first["method"])))
+    cells = [Cell(f"{PAPER_LABEL}: {first['method']}" + (" (see note)" if caveat else ""), None,
                   "the paper's reported number: its single best model over 3 seeds × several learning rates, "
-                  "selected on 8× validation; factors are multiples of its training length 64"),
-             Cell(NONE), Cell(NONE), Cell(NONE), Cell(NONE), Cell(NONE)]
-    for f in factors:
-        r = by_factor.get(f)
-        cells.append(_interval_cell(r, 0, True) if r is not None else Cell("", -1.0, "not reported"))
-    cells.append(Cell(effective_label(first["effective_length"], first["effective_length_capped"]), None,
-                      "over the reported factors only"))
-    cells.append(Cell(NONE))
+                  "selected on 8× validation; factors are multiples of its training length 64"
+                  + (f". Note: {caveat}" if caveat else "")),
+             *([Cell(NONE)] if schemes else []), Cell(NONE),
+             *_factor_cells(group, factors, 0, True),
+             Cell(effective_label(first["effective_length"], first["effective_length_capped"]), None,
+                  "over the reported factors only")]
     return Row(tuple(cells), kind="paper")
 
 
-def task_table(summary: pd.DataFrame, task: str) -> Table:
-    """The task's table: chosen settings (sortable), then the pinned protocol and paper rows."""
+def _shown_groups(summary: pd.DataFrame, task: str) -> list[tuple[str, pd.DataFrame]]:
     part = summary[summary["task"] == task]
-    factors = sorted(int(f) for f in part["factor"].dropna().unique())
-    rows, pinned = [], []
     shown = part[part["chosen"].astype(bool)]
     keys = shown[["source", "method", "pos", "recipe"]].drop_duplicates()
-    for source, method, pos, recipe in keys.itertuples(index=False):
-        group = shown[(shown["source"] == source) & (shown["method"] == method) & (shown["pos"] == pos)
-                      & (shown["recipe"] == recipe)]
+    return [(source, shown[(shown["source"] == source) & (shown["method"] == method) & (shown["pos"] == pos)
+                           & (shown["recipe"] == recipe)])
+            for source, method, pos, recipe in keys.itertuples(index=False)]
+
+
+def task_table(summary: pd.DataFrame, task: str) -> Table:
+    """The task's exact match by length: chosen settings (sortable), then the pinned protocol and
+    paper rows. The position scheme gets a column only when the task ran several; the settings
+    are in :func:`task_settings_table`, so that the lengths fit a laptop's screen."""
+    part = summary[summary["task"] == task]
+    factors = sorted(int(f) for f in part["factor"].dropna().unique())
+    measured = part[part["source"] == "measured"]
+    schemes = measured["pos"].nunique() > 1
+    rows, pinned = [], []
+    for source, group in _shown_groups(summary, task):
         if source == "measured":
-            rows.append(_measured_row(group, factors))
+            rows.append(_measured_row(group, factors, schemes))
         elif source == "protocol":
-            pinned.append(_protocol_row(group, factors))
+            pinned.append(_protocol_row(group, factors, schemes))
         else:
-            pinned.append(_paper_row(group, factors))
-    return Table(task_headers(part, factors), tuple(rows), tuple(pinned),
+            pinned.append(_paper_row(group, factors, schemes))
+    return Table(task_headers(part, factors, schemes), tuple(rows), tuple(pinned),
                  label=f"{task}: exact match by length")
+
+
+def task_settings_table(summary: pd.DataFrame, task: str) -> Table:
+    """The settings behind the task's rows: the chosen one, the runner-up, seeds and failures; the
+    paper-protocol run's below."""
+    rows, pinned = [], []
+    for source, group in _shown_groups(summary, task):
+        first = group.iloc[0]
+        if source == "measured":
+            setting, runner = _setting_cells(first)
+            runs = int(first["runs"])
+            rows.append(Row((_backend_cell(first), Cell(str(first["pos"])), setting, runner,
+                             Cell(str(runs), float(runs)),
+                             Cell(str(int(first["runs_failed"])), float(first["runs_failed"])))))
+        elif source == "protocol" and not is_missing(first["factor"]):
+            detail = first["setting_detail"] if isinstance(first["setting_detail"], str) else ""
+            chosen = Cell(str(first["setting"]), None, f"{first['selection']}; {detail}")
+            pinned.append(Row((_protocol_label(first), Cell(str(first["pos"])), chosen, Cell(NONE),
+                               Cell(f"1 of {int(first['runs'])}", 1.0, "one run, chosen among this many"),
+                               Cell(str(int(first["runs_failed"])))), kind="protocol"))
+    return Table(SETTINGS_HEADERS, tuple(rows), tuple(pinned), label=f"{task}: the settings shown")
 
 
 # -- effective length, task × backend -------------------------------------------------------------
@@ -264,8 +323,9 @@ def effective_table(summary: pd.DataFrame) -> Table:
                      for _, r in lines.iterrows()]
             titles = [f"{c.title}; setting {r['setting']}" if r["setting"] else str(r["selection"])
                       for c, (_, r) in zip(cells, lines.iterrows(), strict=True)]
+            details = [c.detail for c in cells if c.detail]
             out.append(Cell(" / ".join(c.text for c in cells), max(c.sort or -1.0 for c in cells),
-                            "; ".join(titles)))
+                            "; ".join(titles), detail=" / ".join(details), wrap=True))
         return out
 
     rows = []

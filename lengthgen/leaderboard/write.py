@@ -21,7 +21,9 @@ from lengthgen.files import publish
 from lengthgen.harness.verify import read_report
 from lengthgen.leaderboard import page as html_page
 from lengthgen.leaderboard.ablations import Ablation, ablation_table
-from lengthgen.leaderboard.latex import latex_table
+from lengthgen.leaderboard.commits import commit_label, commits_table, provenance_lines
+from lengthgen.leaderboard.headline import HEADLINE_CAPTION, headline_html, headline_markdown, verdicts
+from lengthgen.leaderboard.latex import latex_effective_table, latex_table
 from lengthgen.leaderboard.paper import (
     PAPER_LABEL,
     PAPER_SELECTION_LEVEL,
@@ -29,7 +31,13 @@ from lengthgen.leaderboard.paper import (
     PROTOCOL_LABEL,
     PROTOCOL_SELECTION_LEVEL,
 )
-from lengthgen.leaderboard.plots import DISPERSION_CAPTION, plot_dispersion, plot_exact_match
+from lengthgen.leaderboard.plots import (
+    DISPERSION_CAPTION,
+    OVERVIEW_CAPTION,
+    plot_dispersion,
+    plot_exact_match,
+    plot_overview,
+)
 from lengthgen.leaderboard.reasons import (
     CellReason,
     ablation_anchor,
@@ -48,13 +56,20 @@ from lengthgen.leaderboard.reproduce import (
     sweep_commands,
 )
 from lengthgen.leaderboard.safe import slug
-from lengthgen.leaderboard.selection import PREDATES, ScreeningProgress
+from lengthgen.leaderboard.selection import PREDATES, TIE_BREAK, ScreeningProgress
 from lengthgen.leaderboard.sources import Source, source_column, sources_table
-from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
+from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD
 from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
 from lengthgen.leaderboard.tables import csv_bytes, markdown
 from lengthgen.leaderboard.verified import verification_line
-from lengthgen.leaderboard.views import comparison_table, effective_table, ours, protocol_table, task_table
+from lengthgen.leaderboard.views import (
+    comparison_table,
+    effective_table,
+    ours,
+    protocol_table,
+    task_settings_table,
+    task_table,
+)
 
 DEFAULT_TITLE = "lengthgen leaderboard"
 UNKNOWN_COMMIT = "unknown"
@@ -88,7 +103,8 @@ def _intro() -> list[str]:
         "A mean like 33 [0, 100] with 1/3 learned is one seed that learned and two that did not.",
         "**setting**, **runner-up**: runs that differ only by seed form a setting. Per backend and position "
         "scheme the table shows the setting with the best mean in-distribution validation exact match over "
-        "the seeds every setting ran (`val`, %), never chosen on test data, and names the second best. Runs "
+        "the seeds every setting ran (`val`, %), never chosen on test data, and names the second best; "
+        f"exact ties go to {TIE_BREAK} (the gentler optimizer), and the cell says so. Runs "
         "that failed before any evaluation count as 0. Runs made before validation scores were recorded "
         "cannot be ranked: with one setting there is nothing to choose; with several, each gets its own row "
         f"({PREDATES}).",
@@ -100,6 +116,9 @@ def _intro() -> list[str]:
         "**eff. length**: the largest factor whose mean exact match stays ≥ "
         f"{EFFECTIVE_THRESHOLD * 100:.0f}% at every evaluated factor up to it, counting only factors every "
         "seed of the cell reached (`≥` when even the longest such length passes; — when 1× does not). "
+        "Each seed's own effective length follows (`seeds ≥ 1024 / ≥ 1024 / 32`): a mean can stay above "
+        "the line while one seed falls, so tables sort by the worst seed's, the length every seed holds, "
+        "and the first screen's sentences and matrix colours rank by it too. "
         "When not every seed learned, the cell also gives it "
         "over the seeds that learned (`— · 32× over 1/3 learned`), so \"did not learn\" reads apart from "
         "\"did not extrapolate\"; the effective-length table's column names each task's preset and seeds.",
@@ -162,12 +181,13 @@ def _ablation_markdown(ablation: Ablation) -> list[str]:
 
 
 def _ablation_html(ablation: Ablation) -> list[str]:
+    """An ablation folded under its title (the page's ablations run to thousands of lines)."""
     commands = _ablation_commands(ablation)
     anchor, heading = ablation_anchor(ablation.name), html_page.html.escape(ablation.title)
-    return [f'<h3 id="{anchor}">{heading}</h3>',
-            *[f"<p>{_bold(html_page.code_spans(p))}</p>" for p in ablation.paragraphs],
-            html_page.html_table(ablation_table(ablation.rows)),
-            "<pre>" + "\n".join(html_page.html.escape(c) for c in commands) + "</pre>"]
+    return [html_page.folded(f"<h3>{heading}</h3>", [
+        *[f"<p>{_bold(html_page.code_spans(p))}</p>" for p in ablation.paragraphs],
+        html_page.html_table(ablation_table(ablation.rows)),
+        "<pre>" + "\n".join(html_page.html.escape(c) for c in commands) + "</pre>"], anchor)]
 
 
 def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR", out_name: str = "OUT",
@@ -197,15 +217,22 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     literal = f"**Settings from the plan** (`{plan}`): {plan_rule}" if plan and plan_rule else None
     intro = _intro() + ([literal] if literal else [])  # "{interval}" in a line marks the notation
     effective = effective_table(summary)
+    answers = verdicts(summary)
+    files["plots/overview.svg"] = plot_overview(rows, io.BytesIO(), summary=summary, fmt="svg").getvalue()
     md = [f"# {title}", "", f"{meta}. Generated by `lengthgen leaderboard`: a pure function of the rows, so "
           "regenerating from the same data at the same commit reproduces these files byte for byte. "
           "[leaderboard.csv](leaderboard.csv) has every number, per-seed values included; "
           "[leaderboard.html](leaderboard.html) is this page with sortable tables.", "",
+          "## The answer", "", *[f"- {line}" for line in answers], "", headline_markdown(summary), "",
+          f"*{HEADLINE_CAPTION}*", "", "![every task at a glance](plots/overview.svg)", "",
+          f"*{OVERVIEW_CAPTION}*", "",
           "## How to read", "", *[f"- {p.replace('{interval}', INTERVAL)}" for p in intro], "",
           "## Effective length per task and backend", "", markdown(effective), ""]
     unlearned = unlearned_cells(summary, reasons) if reasons is not None else []
     md += reason_markdown(unlearned, ablations)
     sections = []
+    if latex:
+        files["latex/effective_length.tex"] = latex_effective_table(summary).encode()
     for task in tasks:
         exact = plot_exact_match(rows, task, io.BytesIO(), summary=summary, fmt="svg").getvalue()
         disp = plot_dispersion(rows, task, io.BytesIO(), summary=summary, fmt="svg").getvalue()
@@ -218,10 +245,12 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
             for kind, plot in (("exact_match", plot_exact_match), ("dispersion", plot_dispersion)):
                 files[f"plots/{name}_{kind}.pdf"] = plot(rows, task, io.BytesIO(), summary=summary,
                                                          fmt="pdf").getvalue()
-        table = task_table(summary, task)
+        table, chosen = task_table(summary, task), task_settings_table(summary, task)
         compare = comparison_table(rows, task)
-        md += [f"## {task}", "", markdown(table), ""]
-        blocks = [html_page.html_table(table)]
+        md += [f"## {task}", "", markdown(table), "", "The settings behind these rows:", "", markdown(chosen),
+               ""]
+        blocks = [html_page.html_table(table), "<h3>The settings behind these rows</h3>",
+                  html_page.html_table(chosen)]
         if compare is not None:
             md += ["The paper's protocol and ours:", "", markdown(compare), ""]
             blocks += ["<h3>The paper's protocol and ours</h3>", html_page.html_table(compare)]
@@ -266,21 +295,31 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     submitted = sources_table(rows, sources) if len(sources) > 1 else None
     if submitted is not None:
         md += ["## Sources", "", SOURCES_INTRO, "", markdown(submitted), ""]
+    commits, provenance = commits_table(rows), provenance_lines(rows)
     md += ["## Protocol and hardware", "", markdown(protocol), "", *[f"- {line}" for line in env], "",
+           "Which code made the rows:", "", markdown(commits), "", *[f"- {line}" for line in provenance], "",
            "## Reproduce", "", resume, "", "```sh", *commands, "```", ""]
     files["README.md"] = "\n".join(md).encode()
     files["leaderboard.csv"] = csv_bytes(summary, CSV_COLUMNS)
     interval_html = f'<abbr title="{html_page.html.escape(INTERVAL_TITLE)}">{INTERVAL}</abbr>'
     items = [_bold(html_page.code_spans(p)).replace("{interval}", interval_html) for p in intro]
-    intro_html = ["<h2>How to read</h2>", "<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>"]
+    intro_html = [html_page.folded("How to read the tables",
+                                   ["<ul>" + "".join(f"<li>{item}</li>" for item in items) + "</ul>"], "how")]
+    verdict_items = "".join(f"<li>{html_page.html.escape(line)}</li>" for line in answers)
+    lead = ['<h2 id="answer">The answer</h2>', f'<ul class="verdicts">{verdict_items}</ul>',
+            headline_html(summary), f'<p class="meta">{html_page.code_spans(HEADLINE_CAPTION)}</p>',
+            html_page.figure(files["plots/overview.svg"], "every task at a glance: exact match vs length",
+                             OVERVIEW_CAPTION)]
     sources_html = ([f"<h2>Sources</h2>\n<p>{SOURCES_INTRO}</p>", html_page.html_table(submitted)]
                     if submitted is not None else [])
     tail = [*ablation_html, *sources_html, "<h2>Protocol and hardware</h2>", html_page.html_table(protocol),
             "<ul>" + "".join(f"<li>{html_page.code_spans(line)}</li>" for line in env) + "</ul>",
+            "<h3>Which code made the rows</h3>", html_page.html_table(commits),
+            "<ul>" + "".join(f"<li>{html_page.code_spans(line)}</li>" for line in provenance) + "</ul>",
             "<h2>Reproduce</h2>", f"<p>{html_page.code_spans(resume)}</p>",
             "<pre>" + "\n".join(html_page.html.escape(c) for c in commands) + "</pre>"]
     files["leaderboard.html"] = html_page.page(
-        title=title, meta=meta, intro=intro_html, sections=sections, tail=tail,
+        title=title, meta=meta, intro=intro_html, sections=sections, tail=tail, lead=lead,
         links=[("CSV", "leaderboard.csv"), ("README", "README.md"), ("data", data_link)],
         summary="<h2>Effective length per task and backend</h2>\n" + html_page.html_table(effective)
         + reason_html(unlearned, ablations),
@@ -294,14 +333,14 @@ SOURCES_INTRO = ("The first folder is this board's own; every other one was subm
 
 
 def _code_line(rows: pd.DataFrame) -> str:
-    """Which code made the rows: commits (with local changes or not) and numerics versions."""
-    runs = rows.drop_duplicates("run_id")
-    pairs = zip(runs["git_commit"], runs["git_dirty"], strict=True)
-    commits = sorted({c[:10] + (" + local changes" if not is_missing(d) and bool(d) else "")
-                      for c, d in pairs if isinstance(c, str)})
-    unrecorded = int(runs["git_commit"].isna().sum())
-    versions = _values(runs["numerics_version"].dropna().astype(int))
-    parts = [f"code: commit {', '.join(commits)}" if commits else "code: commit not recorded"]
+    """Which code made the rows: every commit of every row (with local changes or not), the runs
+    that record none, and the numerics versions; the commits table has the details."""
+    commits = sorted({commit_label(c, d) for c, d in zip(rows["git_commit"], rows["git_dirty"], strict=True)
+                      if isinstance(c, str)})
+    unrecorded = rows.loc[rows["git_commit"].isna(), "run_id"].nunique()
+    versions = _values(rows["numerics_version"].dropna().astype(int))
+    parts = [f"code: {len(commits)} commit{'s' if len(commits) != 1 else ''}, {', '.join(commits)} (the "
+             "commits table)" if commits else "code: commit not recorded"]
     if commits and unrecorded:
         parts.append(f"not recorded for {unrecorded} runs")
     return "; ".join(parts) + f"; numerics version {versions}"
