@@ -107,7 +107,9 @@ def test_console_check_catches_errors(browser: Any) -> None:
 def test_every_table_sorts_on_click_with_indicator(browser: Any, page_url: str) -> None:
     load(browser, page_url, 1400)
     tables = browser.find_elements(By.CSS_SELECTOR, "table.sortable")
-    assert len(tables) == 5  # effective length; copy and its paper-vs-ours; flip_flop; how the runs were made
+    # effective length; copy, its settings and its paper-vs-ours; flip_flop and its settings; how the runs
+    # were made; the commits that made the rows
+    assert len(tables) == 8
     for table in tables:
         col = sortable_column(table)
         head = table.find_elements(By.CSS_SELECTOR, "thead th")[col]
@@ -161,6 +163,7 @@ def test_tooltips_links_and_date(browser: Any, page_url: str) -> None:
     heads = browser.find_elements(By.CSS_SELECTOR, "table.sortable thead th")
     task_heads = [h for h in heads if h.text.strip() in ("learned", "setting", "runner-up", "eff. length")]
     assert task_heads and all(h.get_attribute("title") for h in task_heads)
+    browser.find_element(By.CSS_SELECTOR, "details#how > summary").click()  # "How to read" is folded
     abbr = browser.find_element(By.TAG_NAME, "abbr")
     assert abbr.text == "mean [lo, hi]" and "Student t" in abbr.get_attribute("title")
     links = {a.text: a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "p.meta a")}
@@ -185,9 +188,10 @@ def test_phone_layout(browser: Any, page_url: str) -> None:
         "return parseFloat(getComputedStyle(document.querySelector('td')).fontSize)")
     assert font >= 11
     wrapped = browser.execute_script(
-        "return Array.from(document.querySelectorAll('.ci')).filter(e => e.getClientRects().length !== 1 "
-        "|| e.getBoundingClientRect().height > 1.6 * parseFloat(getComputedStyle(e).fontSize)).length")
-    assert wrapped == 0  # no interval breaks across lines
+        "return Array.from(document.querySelectorAll('.ci:not(.w)')).filter(e => e.getClientRects().length "
+        "&& (e.getClientRects().length !== 1 "
+        "|| e.getBoundingClientRect().height > 1.6 * parseFloat(getComputedStyle(e).fontSize))).length")
+    assert wrapped == 0  # no interval breaks across lines (lists of per-seed values may)
     pre = browser.execute_script(
         "var p = document.querySelector('pre'); return [getComputedStyle(p).overflowX, "
         "p.scrollWidth > p.clientWidth, p.getBoundingClientRect().right <= window.innerWidth + 1]")
@@ -204,6 +208,48 @@ def test_desktop_layout(browser: Any, page_url: str) -> None:
         "return Array.from(document.images).map(i => i.complete && i.naturalWidth > 0)")
     assert figures and all(figures)  # every inline SVG figure decodes
     assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+
+
+#: The texts of the first screen's elements that lie inside the viewport, and whether they have digits.
+FIRST_SCREEN = """
+var out = [], walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+while (walker.nextNode()) {
+  var node = walker.currentNode, range = document.createRange();
+  range.selectNodeContents(node);
+  var rects = Array.from(range.getClientRects()).filter(r => r.width > 0 && r.height > 0
+    && r.top >= 0 && r.bottom <= window.innerHeight && r.left >= 0 && r.right <= window.innerWidth);
+  if (rects.length && node.textContent.trim()) { out.push(node.textContent.trim()); }
+}
+return out;"""
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+def test_the_first_screen_answers(browser: Any, page_url: str, width: int) -> None:
+    """At a laptop's 1280 px and a phone's 400 px: the page never scrolls sideways, the first screen
+    shows a sentence per task with numbers, "How to read" waits folded, and at 1280 px the headline
+    matrix is in view whole and no table hides a column behind a sideways scroll."""
+    browser.set_window_size(width, 900)
+    browser.get(page_url)
+    inner = browser.execute_script("return [window.innerWidth, window.innerHeight]")
+    browser.set_window_size(2 * width - inner[0], 2 * 900 - inner[1])  # the viewport itself: width × 900
+    browser.get(page_url)
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    visible = browser.execute_script(FIRST_SCREEN)
+    verdicts = [t for t in visible if t.startswith(("copy:", "flip_flop:"))]
+    assert verdicts and any(ch.isdigit() for t in verdicts for ch in t), visible
+    assert not browser.find_element(By.CSS_SELECTOR, "details#how").get_attribute("open")
+    if width == 1280:
+        matrix = browser.execute_script(
+            "var r = document.querySelector('table.headline').getBoundingClientRect();"
+            "return [r.left >= 0, r.right <= window.innerWidth, r.top >= 0, r.bottom <= window.innerHeight]")
+        assert matrix == [True, True, True, True]
+        cells = [t for t in visible if t.endswith("×") and any(ch.isdigit() for ch in t)]
+        assert cells  # the matrix's effective lengths are read on the first screen
+        hidden = browser.execute_script(
+            "return Array.from(document.querySelectorAll('.scroll, .hm-wrap'))"
+            ".filter(b => b.scrollWidth > b.clientWidth + 1).map(b => b.getAttribute('aria-label'))")
+        assert hidden == []
+    assert console_errors(browser) == []
 
 
 def test_page_written_next_to_data_links_it(tmp_path: Path) -> None:

@@ -110,6 +110,15 @@ def _factor_axis(ax: Any, factors: Iterable[float]) -> None:
     ax.set_xlabel("evaluation length / training length")
 
 
+#: The longest legend entry: a longer name (a submission's, a plugin's) is cut with an ellipsis, so a
+#: legend never squeezes the axes to nothing; the tables carry the whole name.
+LEGEND_CHARS = 48
+
+
+def legend_label(text: str) -> str:
+    return text if len(text) <= LEGEND_CHARS else text[: LEGEND_CHARS - 1] + "…"
+
+
 def _shown(frame: pd.DataFrame, summary: pd.DataFrame, task: str) -> list[tuple[str, str, str, str]]:
     """(backend, scheme, setting id, legend label) of every measured row the task's table shows."""
     part = summary[(summary["task"] == task) & (summary["source"] == "measured")
@@ -119,7 +128,8 @@ def _shown(frame: pd.DataFrame, summary: pd.DataFrame, task: str) -> list[tuple[
     out = []
     for method, pos, recipe, setting, selection in keys.itertuples(index=False):
         several = str(selection).startswith("n/a")
-        out.append((method, pos, recipe, f"{method} ({pos})" + (f" [{setting}]" if several else "")))
+        label = f"{method} ({pos})" + (f" [{setting}]" if several else "")
+        out.append((method, pos, recipe, legend_label(label)))
     return out
 
 
@@ -170,7 +180,7 @@ def plot_exact_match(rows: pd.DataFrame, task: str, path: Target, summary: pd.Da
         points = sorted(paper[method].items())
         ax.plot([float(f) for f, _ in points], [v for _, v in points], color=styles.color[method],
                 linestyle=_PAPER_STYLE, marker="x", ms=5, linewidth=1.3,
-                label=f"paper: {method} (trained at {PAPER_TRAIN_LENGTHS})", zorder=3)
+                label=legend_label(f"paper: {method} (trained at {PAPER_TRAIN_LENGTHS})"), zorder=3)
     factors = list(ok["factor"]) + [f for m in paper.values() for f in m]
     _factor_axis(ax, factors)
     ax.set_ylabel("exact match (%)")
