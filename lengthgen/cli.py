@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 from lengthgen.console import capture_warnings, one_line, safe_streams
 from lengthgen.errors import UserError
 from lengthgen.files import new_folder
-from lengthgen.paths import file_for_writing, folder_for_writing, input_path
+from lengthgen.paths import file_for_writing, folder_for_writing, input_path, shown
 from lengthgen.presets import PRESETS
 
 try:  # recent typer runs on its own copy of click: its exceptions are the ones raised here
@@ -274,11 +274,28 @@ def run_command(
                     log=log)
     typer.echo(format_table(frame))
     run_dir = out_dir / str(frame["run_id"].iloc[0])
-    typer.echo(f"results: {run_dir / 'results.parquet'}")
     if (frame["status"] != "ok").any():
-        typer.echo(f"error: run failed: {frame['error'].iloc[0]} (details in {run_dir / 'error.txt'})",
+        typer.echo(f"results: {shown(run_dir / 'results.parquet')}")
+        typer.echo(f"error: run failed: {frame['error'].iloc[0]} (details in {shown(run_dir / 'error.txt')})",
                    err=True)
         raise typer.Exit(code=1)
+    for line in closing_lines(run_dir, config.eval.max_factor, log):
+        typer.echo(line)
+
+
+def closing_lines(run_dir: Path, max_factor: int, log: str | None) -> list[str]:
+    """What a finished run says last: where its results and figure are, what two of its columns
+    mean, and the natural next commands."""
+    folder = shown(run_dir)
+    lines = [f"results: {shown(run_dir / 'results.parquet')}",
+             f"figure: {shown(run_dir / 'accuracy_vs_length.png')} (exact match against length)",
+             "entropy: how spread each attention row is (0: one key, 1: uniform over the keys it sees); "
+             "support: how many keys get weight > 0",]
+    if log == "tensorboard":
+        lines.append(f"tensorboard: {folder}/tensorboard/ (tensorboard --logdir {shown(run_dir.parent)})")
+    lines.append(f"next: lengthgen eval {folder} --max-factor {2 * max_factor}   (longer lengths), "
+                 f"lengthgen heads {folder} --factor 2   (what its heads look at)")
+    return lines
 
 
 @app.command("eval")
@@ -350,7 +367,7 @@ def _evaluate_one(plan: Any, redo: bool, device: Device, log: Log | None, quiet:
     if not outcome.rows.empty:
         typer.echo(format_table(outcome.rows))
     for written in outcome.written:
-        typer.echo(f"results: {written}")
+        typer.echo(f"results: {shown(written)}")
     if outcome.error:
         typer.echo(f"error: evaluation of {plan.run.run_id} stopped: {outcome.error}", err=True)
         return 1

@@ -67,3 +67,13 @@ def file_for_writing(path: Any, flag: str) -> Path:
         raise UserError(f"{flag} {text} is a symbolic link that leads nowhere (a loop or a missing target)")
     folder_for_writing(str(target.parent), flag)
     return target
+
+
+def shown(path: Any) -> str:
+    """A path as the commands print it, one style everywhere: relative to the working folder when it
+    lies inside it (as the user typed it), else absolute."""
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(resolved)

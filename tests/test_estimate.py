@@ -67,12 +67,21 @@ def test_an_unrecorded_length_is_scaled_from_the_nearest_one() -> None:
     assert timings.eval_seconds(longer, [1, 2]) == pytest.approx(sum(4 * s for s in per_sample))
 
 
-def test_no_comparable_run_is_unknown() -> None:
+def test_no_comparable_run_falls_back_to_the_stated_cost_model() -> None:
+    """A task with no recorded run gets the cost model's estimate (per step: an overhead plus the
+    work's multiply-adds at the measured rate), marked as such, never a silent 0 s."""
+    from lengthgen.plans import estimate
+
     timings = Timings.from_rows(pd.DataFrame(recorded(config(), 100.0, {1: 4.0})))
     other_task = build_run_config("sort", "softmax")
-    assert timings.train_seconds(other_task) is None
-    assert missing_run_lines([other_task], "/nonexistent", timings)[-1].endswith(
-        "+ 1 without a comparable recorded run")
+    dumped = other_task.model_dump(mode="json")
+    step = estimate.MODEL_STEP_OVERHEAD + estimate.MODEL_STEP_SECONDS * estimate._work_of(
+        dumped, other_task.train.train_length) * other_task.train.batch_size
+    assert timings.train_seconds(other_task) == pytest.approx(step * other_task.train.steps)
+    assert timings.train_seconds(other_task) > 0 and timings.eval_seconds(other_task, [1, 2]) > 0
+    lines = missing_run_lines([other_task], "/nonexistent", timings)
+    assert lines[0].endswith("(cost model: no run of this task recorded)")
+    assert "without a comparable recorded run" not in lines[-1]
 
 
 def test_runs_of_todays_numerics_come_before_older_ones_at_any_length() -> None:

@@ -11,6 +11,14 @@ estimate is unknown and says so. A scaled estimate is rough: small matrices run 
 on a CPU, so it tends to overestimate a larger model (width 128 to 256 on copy: 3.9x predicted,
 2.3-2.6x measured) and a much longer sequence (MQMTAR from 8x to 1024x: 2.6x too high).
 
+Where no recorded run of the task is comparable at all (a first run, a new task), a stated cost
+model stands in: ``MODEL_STEP_SECONDS`` per unit of training work plus ``MODEL_STEP_OVERHEAD``
+(the interpreter's share of a small step), and ``MODEL_SAMPLE_SECONDS`` plus
+``MODEL_SAMPLE_OVERHEAD`` per test sample, measured on the 2-core development VM with one thread
+(``benchmarks/train_step.py``: a paper-tasks MQMTAR softmax step, 110 ms; the board's MQMTAR
+softmax evaluations: 3 ms a sample at 1×, 11 s at 1024×). It is rough by a factor of two either
+way, and the listing marks every estimate it makes.
+
 Runs recorded by code that computes as today's does (the rows' ``numerics_version``) come first:
 only where none of them matches at any length are older runs used. Older code ran at another
 speed: MQMTAR at 1024x took 12-31 s per test sample in rows older than the numerics version
@@ -33,6 +41,13 @@ import pandas as pd
 
 from lengthgen.config import RunConfig
 from lengthgen.provenance import NUMERICS_VERSION
+
+#: The cost model where nothing comparable is recorded (see the module docstring): seconds per unit
+#: of ``_work_of`` for a training step (forward, backward, optimizer) and for a test sample.
+MODEL_STEP_SECONDS = 9e-11
+MODEL_STEP_OVERHEAD = 0.01
+MODEL_SAMPLE_SECONDS = 5e-12
+MODEL_SAMPLE_OVERHEAD = 3e-3
 
 #: (task, backend, shape) -> length -> [(seconds, work)]: the work lets another shape scale them.
 Table = dict[tuple[str, str, str], dict[int, list[tuple[float, float]]]]
@@ -85,9 +100,10 @@ class Timings:
     def train_seconds(self, config: RunConfig) -> float | None:
         dumped = config.model_dump(mode="json")
         length = config.train.train_length
-        per = _lookup(self.steps, config.task, config.attn, _shape(dumped), length,
-                      _work_of(dumped, length) * config.train.batch_size)
-        return None if per is None else per * config.train.steps
+        work = _work_of(dumped, length) * config.train.batch_size
+        per = _lookup(self.steps, config.task, config.attn, _shape(dumped), length, work)
+        modelled = MODEL_STEP_OVERHEAD + work * MODEL_STEP_SECONDS
+        return (modelled if per is None else per) * config.train.steps
 
     def eval_seconds(self, config: RunConfig, factors: Iterable[int]) -> float | None:
         dumped = config.model_dump(mode="json")
@@ -97,9 +113,13 @@ class Timings:
             work = _work_of(dumped, length)
             per = _lookup(self.samples, config.task, config.attn, _shape(dumped), length, work)
             if per is None:
-                return None
+                per = MODEL_SAMPLE_OVERHEAD + work * MODEL_SAMPLE_SECONDS
             total += per * _samples(config, length)
         return total
+
+    def task_recorded(self, config: RunConfig) -> bool:
+        """Whether any run of this task was recorded: if not, the estimate is the cost model's."""
+        return (config.task, "", "") in self.steps[1]
 
     def size_recorded(self, config: RunConfig) -> bool:
         """Whether runs of this task and backend were recorded at this model size and batch: if

@@ -57,8 +57,13 @@ def _waiting_seconds(state: BlockState, timings: Timings) -> list[float | None]:
 
 
 def _scaled_mark(config: RunConfig, timings: Timings, seconds: float | None) -> str:
-    """Says when an estimate comes from runs of another model size (scaled by their arithmetic)."""
-    return "" if seconds is None or timings.size_recorded(config) else " (scaled from another model size)"
+    """Says when an estimate comes from runs of another model size (scaled by their arithmetic), or
+    from the cost model where no run of the task is recorded."""
+    if seconds is None or timings.size_recorded(config):
+        return ""
+    if not timings.task_recorded(config):
+        return " (cost model: no run of this task recorded)"
+    return " (scaled from another model size)"
 
 
 def _count(n: int, noun: str) -> str:
