@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -260,4 +261,94 @@ def plot_overview(rows: pd.DataFrame, path: Target, summary: pd.DataFrame | None
     axes[0][0].set_ylabel("exact match (%)")
     ordered = sorted(labels.items(), key=lambda kv: backend_rank(kv[0].split(" ")[0]))
     fig.legend(handles=[h for _, h in ordered], loc="outside right upper", fontsize=8, frameon=False)
+    return _finish(fig, path, fmt)
+
+
+BUDGET_CAPTION = (
+    "MQMTAR exact match at 256× (left) and 1024× (right) against training sequences (log scale): the mean "
+    "over seeds of each backend at the preset width (thick), each seed (dots), the wider model (hollow "
+    "markers, dashed), the paper's reported points at its budget (crosses) and, at 1024×, the fitted "
+    "trend of the preset width carried to the paper's budget (thin dashes; see the table for its range)."
+)
+NEAR_MISS_CAPTION = (
+    "The chance that one near miss makes its query wrong (8 planted per query at 8×), against training "
+    "sequences; the dotted line is what 95% at 1024× allows (34 near misses per query, 4 queries)."
+)
+
+
+def plot_budget(study: list[Any], path: Target, fmt: str | None = None) -> Any:
+    """Exact match at 256× and 1024× against training sequences, a line per backend and width."""
+    from lengthgen.leaderboard.budget import LONG_FACTORS, PAPER_POINT, PAPER_SEQUENCES, TARGET, trend
+
+    TARGET_LOGIT = math.log(TARGET / (1 - TARGET))  # noqa: N806 - a constant of this figure
+
+    styles = Styles([p.attn for p in study], ["nape"])
+    widths = sorted({p.width for p in study})
+    fig, axes = plt.subplots(1, len(LONG_FACTORS), figsize=(11.0, 4.0), layout="constrained", squeeze=False)
+    for ax, factor in zip(axes[0], LONG_FACTORS, strict=True):
+        for attn in sorted({p.attn for p in study}, key=backend_rank):
+            for width in widths:
+                mine = [p for p in study if p.attn == attn and p.width == width and p.values(factor)]
+                if not mine:
+                    continue
+                x = [float(p.sequences) for p in mine]
+                for p in mine:
+                    values = [100 * v for v in p.values(factor)]
+                    ax.scatter([float(p.sequences)] * len(values), values, color=styles.color[attn], s=10,
+                               alpha=0.5, zorder=2)
+                hollow = width != widths[0]
+                ax.plot(x, [100 * stable_mean(p.values(factor)) for p in mine], color=styles.color[attn],
+                        marker=styles.marker[attn], markerfacecolor="white" if hollow else styles.color[attn],
+                        linewidth=2.0, linestyle=(0, (4, 2)) if hollow else "-",
+                        label=legend_label(f"{attn}" + (f" (width {width})" if len(widths) > 1 else "")))
+            fitted = trend(study, attn, widths[0], factor)
+            if factor == LONG_FACTORS[-1] and fitted.predicted and fitted.slope:
+                xs = [min(p.sequences for p in study), float(PAPER_SEQUENCES)]
+                at = math.log10(fitted.predicted)
+                ys = [100 / (1 + math.exp(-(TARGET_LOGIT + fitted.slope * (math.log10(x) - at)))) for x in xs]
+                ax.plot(xs, ys, color=styles.color[attn], linewidth=0.9, linestyle=(0, (2, 2)), zorder=1)
+        for attn, scores in PAPER_POINT.items():
+            if any(p.attn == attn for p in study):
+                ax.scatter([float(PAPER_SEQUENCES)], [100 * scores[factor]], marker="x", s=60,
+                           color=styles.color[attn], label=f"paper: {attn}", zorder=3)
+        ax.set_xscale("log")
+        ax.set_ylim(-2, 102)
+        ax.grid(True, alpha=0.3)
+        ax.set_xlabel("training sequences")
+        ax.set_title(f"exact match at {factor}×")
+    axes[0][0].set_ylabel("exact match (%)")
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
+    return _finish(fig, path, fmt)
+
+
+def plot_near_miss_error(study: list[Any], path: Target, fmt: str | None = None) -> Any:
+    """The per-near-miss error against training sequences (log–log), with the 95%-at-1024× line."""
+    from lengthgen.leaderboard.budget import ALLOWED_ERROR
+
+    styles = Styles([p.attn for p in study], ["nape"])
+    widths = sorted({p.width for p in study})
+    fig, ax = plt.subplots(figsize=(7.5, 4.0), layout="constrained")
+    for attn in sorted({p.attn for p in study}, key=backend_rank):
+        for width in widths:
+            mine = [p for p in study if p.attn == attn and p.width == width and p.errors()]
+            if not mine:
+                continue
+            for p in mine:
+                ax.scatter([float(p.sequences)] * len(p.errors()), [100 * e for e in p.errors()],
+                           color=styles.color[attn], s=10, alpha=0.5, zorder=2)
+            hollow = width != widths[0]
+            ax.plot([float(p.sequences) for p in mine], [100 * stable_mean(p.errors()) for p in mine],
+                    color=styles.color[attn], marker=styles.marker[attn],
+                    markerfacecolor="white" if hollow else styles.color[attn], linewidth=2.0,
+                    linestyle=(0, (4, 2)) if hollow else "-",
+                    label=legend_label(f"{attn}" + (f" (width {width})" if len(widths) > 1 else "")))
+    ax.axhline(100 * ALLOWED_ERROR, color="0.4", linestyle=(0, (1, 2)), linewidth=1.0,
+               label=f"{100 * ALLOWED_ERROR:.3f}%: 95% at 1024×")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.grid(True, alpha=0.3, which="both")
+    ax.set_xlabel("training sequences")
+    ax.set_ylabel("error per near miss (%)")
+    fig.legend(loc="outside right upper", fontsize=8, frameon=False)
     return _finish(fig, path, fmt)

@@ -1,0 +1,254 @@
+"""The training-budget study: MQMTAR at long lengths as a function of training steps (and width).
+
+Its runs are a sweep folder of their own (``leaderboard/budget``, made by ``leaderboard/budget.toml``):
+one backend, one number of steps, one width per point, three seeds each. From their rows alone:
+
+- **points**: per (backend, steps, width), each seed's exact match at 256× and 1024× (and the
+  test samples behind them), and its per-near-miss error: with m near misses planted per query at
+  8× (``lengthgen eval RUN --param near_misses=8 --min-factor 8 --max-factor 8``) a sample holds
+  4·m of them, so ``e = 1 − (exact_m / exact_0)^(1 / (4·m))`` with exact_0 the plain 8× score;
+- **a trend**: per backend at the preset width, logit(exact match at 1024×) against log10(training
+  sequences), a straight line fitted over every seed, its uncertainty by resampling the seeds of
+  each budget; the budget at which the line reaches 95%, with a 95% range — or why the data do
+  not support extrapolating (fewer than two budgets, a flat or falling line, or a range wider
+  than ``MAX_DECADES``);
+- the paper's point: ASEntmax 99.0% / 95.3% at 256× / 1024× after 390,625 steps of 128 sequences.
+
+Exact match near 0 or 1 is clipped to half a sample from the edge before the logit, so that a
+seed at 0 of 64 samples does not weigh as minus infinity.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import pandas as pd
+
+from lengthgen.leaderboard.rows import config_dict
+from lengthgen.leaderboard.stats import seed_interval
+from lengthgen.leaderboard.tables import Cell, Header, Row, Table, pct
+
+#: The lengths the study reports (multiples of the training length).
+LONG_FACTORS = (256, 1024)
+#: The near misses planted per query to measure the per-near-miss error, and where.
+PLANTED, PLANTED_FACTOR = 8, 8
+#: Queries per MQMTAR sample (each meets its own near misses).
+QUERIES = 4
+#: The target of the trend: exact match at 1024×.
+TARGET = 0.95
+#: A prediction whose 95% range spans more than this many decades of budget says nothing.
+MAX_DECADES = 2.0
+#: Resamples for the trend's uncertainty (a fixed seed: the same rows give the same range).
+RESAMPLES = 400
+#: The paper's ASEntmax on MQMTAR: training sequences, and exact match at 256× and 1024×.
+PAPER_SEQUENCES = 390_625 * 128
+PAPER_POINT = {"asentmax": {256: 0.990, 1024: 0.953}, "softmax": {256: 0.802, 1024: 0.030},
+               "entmax": {256: 0.668, 1024: 0.093}}
+#: The per-near-miss error that 95% at 1024× allows (34 near misses per query, 4 queries).
+ALLOWED_ERROR = 1 - TARGET ** (1 / (QUERIES * 34))
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    seed: int
+    exact: dict[int, float]  # factor -> exact match
+    samples: dict[int, int]  # factor -> test samples
+    near_miss_error: float | None
+
+
+@dataclass(frozen=True)
+class Point:
+    """One budget of one backend: its seeds' results."""
+
+    attn: str
+    steps: int
+    width: int
+    sequences: int  # steps × batch
+    seeds: tuple[SeedResult, ...]
+
+    def values(self, factor: int) -> list[float]:
+        return [s.exact[factor] for s in self.seeds if factor in s.exact]
+
+    def errors(self) -> list[float]:
+        return [s.near_miss_error for s in self.seeds if s.near_miss_error is not None]
+
+
+def near_miss_error(plain: float, planted: float, per_query: int = PLANTED) -> float | None:
+    """The chance that one near miss makes its query wrong, from exact match without and with
+    ``per_query`` planted near misses per query (None where the plain score is 0)."""
+    if plain <= 0:
+        return None
+    ratio = min(1.0, max(planted, 0.0) / plain)
+    if ratio == 0:
+        return 1.0
+    return 1.0 - ratio ** (1.0 / (QUERIES * per_query))
+
+
+def points(rows: pd.DataFrame) -> list[Point]:
+    """The study's points from its rows (ok rows of MQMTAR; variants other than the planted near
+    misses are ignored), by backend, width and steps."""
+    ok = rows[(rows["status"] == "ok") & (rows["task"] == "mqmtar")].dropna(subset=["factor"])
+    planted_variant = f"near_misses={PLANTED}"
+    out = []
+    meta: dict[str, tuple[str, int, int, int]] = {}
+    firsts = ok.drop_duplicates("run_id")[["run_id", "config_json"]]
+    for run_id, config_json in firsts.itertuples(index=False):
+        config = config_dict(config_json)
+        train = config.get("train", {})
+        meta[str(run_id)] = (str(config.get("attn")), int(train.get("steps", 0)),
+                             int(config.get("arch", {}).get("d_model", 0)), int(train.get("batch_size", 0)))
+    groups: dict[tuple[str, int, int, int], list[SeedResult]] = {}
+    for run_id, run in ok.groupby("run_id", sort=True):
+        attn, steps, width, batch = meta[str(run_id)]
+        plain = run[run["eval_variant"] == ""]
+        exact = {int(f): float(v) for f, v in zip(plain["factor"], plain["exact_match"], strict=True)}
+        samples = {int(f): int(n) for f, n in zip(plain["factor"], plain["n_samples"], strict=True)}
+        planted = run[(run["eval_variant"] == planted_variant) & (run["factor"] == PLANTED_FACTOR)]
+        error = None
+        if not planted.empty and PLANTED_FACTOR in exact:
+            error = near_miss_error(exact[PLANTED_FACTOR], float(planted["exact_match"].iloc[0]))
+        groups.setdefault((attn, steps, width, batch), []).append(
+            SeedResult(int(run["seed"].iloc[0]), exact, samples, error))
+    for (attn, steps, width, batch), seeds in sorted(groups.items()):
+        out.append(Point(attn, steps, width, steps * batch, tuple(sorted(seeds, key=lambda s: s.seed))))
+    return out
+
+
+def _logit(p: float, n: int) -> float:
+    edge = 0.5 / max(1, n)
+    p = min(1 - edge, max(edge, p))
+    return math.log(p / (1 - p))
+
+
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
+    """Least squares y = a + b·x; None without two distinct x."""
+    if len(set(xs)) < 2:
+        return None
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    return my - b * mx, b
+
+
+@dataclass(frozen=True)
+class Trend:
+    attn: str
+    budgets: int
+    seeds: int
+    slope: float | None  # logit units per decade of sequences
+    predicted: float | None  # sequences at which the line reaches TARGET
+    low: float | None
+    high: float | None
+    verdict: str  # what the fit supports, in words
+
+
+def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Trend:
+    """The line through logit(exact match at ``factor``) against log10(sequences), every seed a
+    point; its 95% range by resampling, with replacement, the seeds of each budget."""
+    mine = [p for p in study if p.attn == attn and p.width == width and p.values(factor)]
+    data = [(math.log10(p.sequences), _logit(s.exact[factor], s.samples.get(factor, 1)))
+            for p in mine for s in p.seeds if factor in s.exact]
+    seeds = len(data)
+    if len(mine) < 2:
+        return Trend(attn, len(mine), seeds, None, None, None, None,
+                     f"{len(mine)} budget{'s' if len(mine) != 1 else ''} so far: no trend to fit yet")
+    fit = _line([x for x, _ in data], [y for _, y in data])
+    assert fit is not None
+    a, b = fit
+    target = _logit(TARGET, 10**6)
+    if b <= 0:
+        return Trend(attn, len(mine), seeds, b, None, None, None,
+                     "exact match does not rise with budget here: the data do not support an extrapolation")
+    rng = random.Random(0)
+    estimates = []
+    for _ in range(RESAMPLES):
+        sample = []
+        for p in mine:
+            picks = [s for s in p.seeds if factor in s.exact]
+            for _ in picks:
+                s = rng.choice(picks)
+                sample.append((math.log10(p.sequences), _logit(s.exact[factor], s.samples.get(factor, 1))))
+        refit = _line([x for x, _ in sample], [y for _, y in sample])
+        if refit is not None and refit[1] > 0:
+            estimates.append((target - refit[0]) / refit[1])
+    predicted = (target - a) / b
+    if len(estimates) < RESAMPLES // 2:
+        return Trend(attn, len(mine), seeds, b, 10**predicted, None, None,
+                     "the slope is not reliably positive over resampled seeds: no extrapolation")
+    estimates.sort()
+    low, high = estimates[int(0.025 * len(estimates))], estimates[int(0.975 * len(estimates)) - 1]
+    verdict = (f"the line reaches {TARGET * 100:.0f}% at about {_sequences(10**predicted)} training "
+               f"sequences (95% range {_sequences(10**low)} … {_sequences(10**high)})")
+    if high - low > MAX_DECADES:
+        verdict += f"; the range spans {high - low:.1f} decades: too wide to support the extrapolation"
+    else:
+        inside = low <= math.log10(PAPER_SEQUENCES) <= high
+        where = "inside" if inside else "outside"
+        verdict += f"; the paper's {_sequences(PAPER_SEQUENCES)} lies {where} it"
+    return Trend(attn, len(mine), seeds, b, 10**predicted, 10**low, 10**high, verdict)
+
+
+def _sequences(n: float) -> str:
+    if n >= 1e12:
+        return f"{n:.1e}"
+    if n >= 1e9:
+        return f"{n / 1e9:.1f} G"
+    if n >= 1e6:
+        return f"{n / 1e6:.1f} M"
+    if n >= 1e3:
+        return f"{n / 1e3:.0f} K"
+    return f"{n:.0f}"
+
+
+def _exact_cell(point: Point, factor: int) -> Cell:
+    values = point.values(factor)
+    if not values:
+        return Cell("—", -1.0, "not evaluated yet")
+    ci = seed_interval(values)
+    seeds = " / ".join(pct(v) for v in values)
+    samples = sorted({s.samples[factor] for s in point.seeds if factor in s.samples})
+    detail = f"[{pct(ci.lo)}, {pct(ci.hi)}]" if ci.method == "t" else ""
+    return Cell(pct(ci.mean), ci.mean, f"mean over {ci.n} seeds; seeds {seeds}; "
+                f"{'/'.join(map(str, samples))} test samples each", detail=f"{detail} seeds {seeds}".strip(),
+                wrap=True)
+
+
+def _error_cell(point: Point) -> Cell:
+    errors = point.errors()
+    if not errors:
+        return Cell("—", -1.0, "the planted near misses are not evaluated yet")
+    mean = sum(errors) / len(errors)
+    per_seed = " / ".join(f"{100 * e:.2f}" for e in errors)
+    return Cell(f"{100 * mean:.2f}%", mean, f"per near miss and query, mean over {len(errors)} seeds "
+                f"({per_seed}%); 95% at 1024× allows {100 * ALLOWED_ERROR:.3f}%", detail=f"seeds {per_seed}",
+                wrap=True)
+
+
+def budget_table(study: list[Point]) -> Table:
+    """A line per backend × budget × width: sequences, seeds, exact match at 256× and 1024× (mean
+    [interval], each seed) and the per-near-miss error; the paper's point pinned below."""
+    headers = (Header("backend"), Header("steps", numeric=True), Header("width", numeric=True),
+               Header("sequences", "training sequences: steps × batch", numeric=True),
+               Header("seeds", numeric=True),
+               *[Header(f"{f}×", f"exact match (%) at {f}×: mean over seeds [95% Student-t interval], each "
+                                 "seed", numeric=True) for f in LONG_FACTORS],
+               Header("near-miss error", f"chance that a near miss makes its query wrong, from {PLANTED} "
+                                         f"planted per query at {PLANTED_FACTOR}×", numeric=True))
+    body = [Row((Cell(p.attn), Cell(f"{p.steps:,}", float(p.steps)), Cell(str(p.width), float(p.width)),
+                 Cell(_sequences(p.sequences), float(p.sequences)), Cell(str(len(p.seeds)), len(p.seeds)),
+                 *[_exact_cell(p, f) for f in LONG_FACTORS], _error_cell(p))) for p in study]
+    pinned = [Row((Cell(f"paper: {attn}"), Cell("390,625"), Cell("512"), Cell(_sequences(PAPER_SEQUENCES)),
+                   Cell("best of 3"), *[Cell(pct(scores[f])) for f in LONG_FACTORS], Cell("—")), kind="paper")
+              for attn, scores in PAPER_POINT.items() if any(p.attn == attn for p in study)]
+    return Table(headers, tuple(body), tuple(pinned), label="MQMTAR at long lengths by training budget")
+
+
+def missing_note(study: list[Point], planned_runs: int | None) -> str:
+    """How complete the study is: runs recorded (and planned, when the plan is known)."""
+    runs = sum(len(p.seeds) for p in study)
+    tested = sum(1 for p in study for s in p.seeds if 1024 in s.exact)
+    planned = f" of {planned_runs} planned" if planned_runs else ""
+    return f"{runs} runs recorded{planned}, {tested} tested to 1024×"
+
