@@ -227,9 +227,6 @@ class RunConfig(_Frozen):
     def config_hash(self) -> str:
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
 
-    def run_id(self) -> str:
-        return f"{self.task}-{self.attn}-{self.pos}-s{self.seed}-{self.config_hash()[:8]}"
-
 
 # -- from user input to a config -------------------------------------------------------------------
 #: The config sections an override can address (``SECTION.FIELD``).

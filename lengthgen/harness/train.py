@@ -142,7 +142,7 @@ def train(
         model.parameters(), lr=t.lr, betas=t.betas, weight_decay=t.weight_decay
     )
     lengths = train_lengths(task, config)
-    val_length = t.train_length * (8 if t.selection == "8x" else 1)
+    val_length = t.validation_length()
     saved = load_progress(state_path, config, model, optimizer, device) if state_path else None
     done = saved or TrainingProgress()
     best_exact, best_step, best_state = done.best_exact, done.best_step, done.best_state
