@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from lengthgen.config import RunConfig, build_run_config
-from lengthgen.harness.schema import config_hash_of, run_id_of
+from lengthgen.harness.schema import config_hash_of, run_id_of, wilson_interval
 
 #: Strings an adversarial result folder might carry.
 SCRIPT = 'x"><img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
@@ -39,6 +39,19 @@ def relabel(rows: pd.DataFrame, **fields: Any) -> pd.DataFrame:
         for name, value in fields.items():
             if name in out.columns:
                 out.loc[out.index[i], name] = value
+    return out
+
+
+def forged(rows: pd.DataFrame, where: pd.Series, hits: int | None = None) -> pd.DataFrame:
+    """``rows`` with the exact match of the ``where`` rows set to ``hits`` of their samples (default:
+    one sample more, or one fewer when every one was right) and the interval to match: an edit the
+    reader cannot tell from an honest row (only ``lengthgen verify`` can, by training the run again)."""
+    out = rows.copy()
+    for i in out.index[where]:
+        n = int(out.at[i, "n_samples"])
+        k = round(float(out.at[i, "exact_match"]) * n)
+        k = hits if hits is not None else k + 1 if k < n else k - 1
+        out.loc[i, ["exact_match", "exact_match_lo", "exact_match_hi"]] = [k / n, *wilson_interval(k, n)]
     return out
 
 
