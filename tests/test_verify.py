@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hostile import forged  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen import provenance
@@ -45,7 +46,7 @@ def copy_of(folder: Path, tmp_path: Path) -> Path:
 
 def test_published_rows_are_re_derived_bit_for_bit(published: Path, tmp_path: Path) -> None:
     folder = copy_of(published, tmp_path)
-    result = runner.invoke(app, ["verify", str(folder)])
+    result = runner.invoke(app, ["verify", str(folder), "--report", str(folder / "verify.json")])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith(("✓", "✗"))]
     assert len(lines) == 2 and all(line.startswith("✓ flip_flop-") for line in lines)
@@ -63,12 +64,13 @@ def test_an_edited_row_is_caught_and_named(published: Path, tmp_path: Path) -> N
     path = next((folder / "data").glob("flip_flop-entmax-*.parquet"))
     rows = pd.read_parquet(path)
     honest = float(rows.loc[rows["factor"] == 2, "exact_match"].iloc[0])
-    rows.loc[rows["factor"] == 2, "exact_match"] = honest + 0.125
+    rows = forged(rows, rows["factor"] == 2)  # one more sample right, its interval to match
+    claimed = float(rows.loc[rows["factor"] == 2, "exact_match"].iloc[0])
     write_parquet_atomic(rows, path)
-    result = runner.invoke(app, ["verify", str(folder)])
+    result = runner.invoke(app, ["verify", str(folder), "--report", str(folder / "verify.json")])
     assert result.exit_code == 1, result.output
     bad = next(line for line in result.output.splitlines() if line.startswith("✗"))
-    assert f"2×: exact_match published {honest + 0.125!r}, re-derived {honest!r}" in bad
+    assert f"2×: exact_match published {claimed!r}, re-derived {honest!r}" in bad
     assert "the same code" in bad
     report = json.loads((folder / "verify.json").read_text(encoding="utf-8"))
     assert [v["ok"] for _, v in sorted(report["runs"].items())] == [False, True]
