@@ -77,11 +77,16 @@ def test_a_tampered_submitted_row_is_refused_with_a_warning(tmp_path: Path) -> N
     assert "entmax @ mallory" not in (tmp_path / "board" / "README.md").read_text(encoding="utf-8")
 
 
-def test_two_folders_with_one_label_and_a_plan_with_submissions_are_refused(tmp_path: Path) -> None:
+def test_a_second_folder_with_a_label_taken_is_skipped_and_a_plan_with_submissions_refused(
+        tmp_path: Path) -> None:
     own = folder(tmp_path, "ours", make_rows(ROWS), 'name = "same"\n')
-    other = folder(tmp_path, "other", make_rows({("entmax", 0): [1.0, 0.5]}), 'name = "same"\n')
-    clash = runner.invoke(app, ["leaderboard", str(own), str(other), "--out", str(tmp_path / "b")])
-    assert clash.exit_code == 2 and "both labelled 'same'" in clash.output
+    other = folder(tmp_path, "other", make_rows({("entmax", 1): [1.0, 0.5]}), 'name = "Same "\n')
+    with pytest.warns(UserNotice, match="surrounding spaces"):  # "Same " is refused as a name: skipped
+        runner.invoke(app, ["leaderboard", str(own), str(other), "--out", str(tmp_path / "b")])
+    (other / "source.toml").write_text('name = "SAME"\n', encoding="utf-8")
+    with pytest.warns(UserNotice, match="label 'SAME' is already that of another folder"):
+        clash = runner.invoke(app, ["leaderboard", str(own), str(other), "--out", str(tmp_path / "b")])
+    assert clash.exit_code == 0 and "@ SAME" not in (tmp_path / "b" / "README.md").read_text(encoding="utf-8")
     plan = tmp_path / "plan.toml"
     plan.write_text("[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['softmax']\n", encoding="utf-8")
     mixed = runner.invoke(app, ["leaderboard", str(own), str(other), "--plan", str(plan), "--out", "b"])

@@ -16,6 +16,11 @@ from lengthgen.files import atomic_write  # noqa: E402
 def plot_accuracy_vs_length(rows: pd.DataFrame, path: str | Path, title: str | None = None) -> Path:
     """One line per (attn, pos): mean exact match over runs, with the Wilson band (1 run) or
     the min/max of the per-run bands (several runs)."""
+    with plt.rc_context({"text.parse_math": False, "text.usetex": False}):  # names are text, not math
+        return _draw(rows, path, title)
+
+
+def _draw(rows: pd.DataFrame, path: str | Path, title: str | None) -> Path:
     ok = rows[rows["status"] == "ok"].dropna(subset=["factor"])
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
     for (attn, pos), group in sorted(ok.groupby(["attn", "pos"]), key=lambda kv: kv[0]):

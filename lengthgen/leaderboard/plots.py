@@ -10,12 +10,13 @@ give the same bytes.
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import matplotlib
 
@@ -47,6 +48,22 @@ _LEARNED_STYLE, _UNLEARNED_STYLE = "-", (0, (1, 1.5))
 _PAPER_STYLE = (0, (5, 1.5, 1, 1.5))
 #: SVG text as paths; PDF fonts embedded as TrueType (Type 42), which journals accept, not Type 3.
 _SAVE = {"svg.hashsalt": "lengthgen", "svg.fonttype": "path", "pdf.fonttype": 42}
+#: Names are data: ``$\\frac{$`` in a backend or task name is text, never matplotlib math (which would
+#: fail to parse it) nor LaTeX.
+_PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _plain_text(draw: F) -> F:
+    """Draw a figure with every text plain (:data:`_PLAIN_TEXT`): titles, labels and legends."""
+
+    @functools.wraps(draw)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with plt.rc_context(_PLAIN_TEXT):
+            return draw(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _format(path: Target, fmt: str | None) -> str:
@@ -151,6 +168,7 @@ def _seed_key() -> list[Line2D]:
                    label="one seed that did not")]
 
 
+@_plain_text
 def plot_exact_match(rows: pd.DataFrame, task: str, path: Target, summary: pd.DataFrame | None = None,
                      fmt: str | None = None) -> Any:
     """Exact match (%) vs length factor: per (backend, scheme) the mean over seeds of the setting
@@ -181,6 +199,7 @@ def plot_exact_match(rows: pd.DataFrame, task: str, path: Target, summary: pd.Da
     return _finish(fig, path, fmt)
 
 
+@_plain_text
 def plot_dispersion(rows: pd.DataFrame, task: str, path: Target, summary: pd.DataFrame | None = None,
                     fmt: str | None = None) -> Any:
     """Normalized attention entropy and support size vs length factor, drawn like the exact-match
