@@ -91,7 +91,7 @@ def test_a_config_naming_a_payload_file_never_executes_it(tmp_path: Path) -> Non
     assert line.startswith("error: attention backend") and "--trust-plugins" in line
     board = cli("leaderboard", str(run), "--out", str(tmp_path / "board"))
     assert board.returncode == 0 and not marker.exists(), board.stderr
-    verified = cli("verify", str(run))  # re-deriving the run would import it: not without consent
+    verified = cli("verify", str(run), "--report", str(tmp_path / "verify.json"))  # it would import it
     assert verified.returncode == 1 and not marker.exists(), verified.stderr
     assert "--trust-plugins" in next(line for line in verified.stdout.splitlines() if line.startswith("✗"))
     # the user who trusts the folder says so
