@@ -242,7 +242,8 @@ def sources_table(rows: pd.DataFrame, sources: Sequence[Source]) -> Table:
         mine = rows[column == ("" if source.primary else source.label)]
         run_ids = mine["run_id"].dropna().astype(str)
         line = verification_line(report, mine) or "not verified"
-        clash = "; ".join(f"⚠ {c.run_id}: {c.where} differs from {c.first}'s copy" for c in source.conflicts)
+        clash = "; ".join(f"⚠ {c.run_id}: {c.where} differs from the copy in {c.first}"
+                          for c in source.conflicts)
         if source.merged:
             clash = "; ".join(filter(None, [clash, f"{source.merged} runs identical to an earlier folder's, "
                                                    "shown once"]))
