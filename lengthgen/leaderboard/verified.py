@@ -39,6 +39,7 @@ class Coverage:
     warned: int = 0
     added: int = 0  # runs the verified data did not hold
     grown: int = 0  # runs with more evaluated rows now than the verified data held
+    held: int = 0  # runs the verified data held
     data_commit: str = ""
 
     @property
@@ -83,7 +84,7 @@ def coverage(report: dict[str, Any] | None, rows: pd.DataFrame) -> Coverage | No
     data = report.get("data")
     if isinstance(data, dict) and isinstance(data.get("runs"), dict):
         held = data["runs"]
-        out.data_commit = _text(data.get("commit", "?"))
+        out.data_commit, out.held = _text(data.get("commit", "?")), len(held)
         out.added = sum(run not in held for run in current)
         out.grown = sum(run in held and isinstance(held[run], int) and len(now) > held[run]
                         for run, now in current.items())
@@ -116,9 +117,9 @@ def verification_line(report: dict[str, Any] | None, rows: pd.DataFrame) -> str 
     if found is None:
         return None
     line = (f"{len(found.rederived)} of {found.runs} runs re-derived from their recorded configs with "
-            f"identical rows (`lengthgen verify`; {found.covered_rows} of the {found.rows} evaluated rows of "
-            f"their training tasks) on {', '.join(sorted(found.dates))} at commit "
-            f"{', '.join(sorted(found.commits))}")
+            f"identical rows (`lengthgen verify`, on {', '.join(sorted(found.dates))} at commit "
+            f"{', '.join(sorted(found.commits))}); {found.covered_rows} of the {found.rows} evaluated rows "
+            "here are rows it checked")
     if found.extended:
         grown = [f"{run}, {before} → {now} rows" for run, before, now in found.extended]
         line += (f"; {_runs(len(found.extended))} extended since ({_named(grown)}): its checked rows are "
@@ -135,8 +136,8 @@ def verification_line(report: dict[str, Any] | None, rows: pd.DataFrame) -> str 
     if found.warned:
         line += f"; {found.warned} within the tolerance for other library versions or processors"
     if found.added or found.grown:
-        line += (f"; since the verified data (data commit {found.data_commit}), {_runs(found.added)} added "
-                 f"and {_runs(found.grown)} evaluated at more lengths")
+        line += (f"; since the verified data (data commit {found.data_commit}, {_runs(found.held)}), "
+                 f"{_runs(found.added)} added and {_runs(found.grown)} evaluated at more lengths")
     variant = rows["eval_variant"].fillna("").astype(str) != "" if "eval_variant" in rows else None
     if variant is not None and variant.any():
         line += f"; rows of evaluation variants ({int(variant.sum())}) are not re-derived"
