@@ -628,6 +628,7 @@ def verify_command(
     if sample is not None and sample < 1:
         raise UserError(f"--sample must be at least 1, got {sample}")
     report = file_for_writing(report_file, "--report")
+    verify.check_report(report)
     runs, unusable = verify.runs_to_verify(input_path(path, "PATH"))
     _check_run_environment(device, None)
     typer.echo(f"verify: re-deriving {min(sample or len(runs), len(runs))} of {len(runs)} runs under {path}"

@@ -147,6 +147,17 @@ def test_a_module_named_by_a_folder_is_not_imported_either(run_dir: Path) -> Non
         assert "'this:Foo' is named by a recorded config" in line and "--trust-plugins" in line
 
 
+def test_a_lock_file_that_is_a_link_is_not_followed(run_dir: Path, tmp_path: Path) -> None:
+    """Before: ``.lock`` linked to a path outside the folder made eval create that file."""
+    target = tmp_path / "elsewhere" / "created-by-the-lock"
+    target.parent.mkdir()
+    (run_dir / ".lock").unlink(missing_ok=True)  # the run's own lock, left by its training
+    (run_dir / ".lock").symlink_to(target)
+    result = evaluate(str(run_dir), "--max-factor", "4")
+    assert result.exit_code == 2 and not target.exists()
+    assert "error: " in result.stderr and ".lock" in result.stderr
+
+
 def test_positions_takes_a_power_of_two(run_dir: Path) -> None:
     result = runner.invoke(app, ["positions", str(run_dir), "--factor", "3", "--samples", "2"])
     one_line_exit_2(result, "factor must be a power of two (1, 2, 4, …), got 3")

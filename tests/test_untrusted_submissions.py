@@ -126,6 +126,16 @@ def test_a_5mb_name_is_refused_in_normal_time(tmp_path: Path, where: str, size: 
     assert huge[:100] not in readme
 
 
+@pytest.mark.parametrize(("column", "size"), [("torch_version", 5_000_000), ("cpu", 5_000_000),
+                                              ("error", 5_000_000)])
+def test_a_5mb_text_in_a_row_is_refused_in_normal_time(tmp_path: Path, column: str, size: int) -> None:
+    sub = folder(tmp_path, "sub", make_rows({("entmax", 4): [1.0, 0.5]}).assign(**{column: "t" * size}),
+                 'name = "sub"\n')
+    start = time.perf_counter()
+    readme, _, _ = board(ours(tmp_path), sub, out=tmp_path / "board", expect=f"{column} is 5,000,000 chara")
+    assert time.perf_counter() - start < 60 and "t" * 1000 not in readme
+
+
 # -- 10: no file through a link ----------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["SOURCE.md", "source.toml"])
 def test_a_symlinked_description_never_leaks(tmp_path: Path, name: str) -> None:

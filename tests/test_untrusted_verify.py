@@ -141,6 +141,11 @@ def test_the_report_lands_where_it_is_told(folder: Path, tmp_path: Path,
     assert sorted(os.listdir(folder)) == ["data"]  # nothing written into the folder under test
     refused = runner.invoke(app, ["verify", str(folder), "--report", str(work)])  # a folder
     assert refused.exit_code == 2 and "--report" in refused.output
+    readme = work / "README.md"  # a typo must not overwrite a file that is no report
+    readme.write_text("# mine\n", encoding="utf-8")
+    refused = runner.invoke(app, ["verify", str(folder), "--report", str(readme)])
+    assert refused.exit_code == 2 and "is a file that is not a verify report" in refused.output
+    assert readme.read_text(encoding="utf-8") == "# mine\n" and "✓" not in refused.output  # nothing trained
 
 
 # -- 5, 43.4: the page's claim follows the data --------------------------------------------------------

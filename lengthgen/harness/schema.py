@@ -60,6 +60,9 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
 
 #: How far a recorded interval may be from the Wilson interval of its count (float rounding).
 INTERVAL_SLACK = 1e-9
+#: The longest text a column may hold (others: 1,000 characters); a run config is about 1 KB, so
+#: a longer one is no config, and a 5 MB text would only slow every page it reaches.
+LONGEST: dict[str, int] = {"config_json": 2**16, "error": 10_000}
 #: Names a row holds (what tables, figures and file names show): at most this long, one line.
 NAMES: tuple[str, ...] = ("task", "attn", "pos", "preset")
 
@@ -224,8 +227,11 @@ def _labels(row: dict[str, Any]) -> None:
     for column in ("run_id", "task", "attn"):
         _text(row, column, required=True)
     _choice(row, "status", STATUSES, True)
-    for column in TEXTS:
-        _text(row, column)
+    for column in (*TEXTS, "config_json"):
+        value = _text(row, column)
+        if value is not None and len(value) > LONGEST.get(column, 1000):
+            raise BadRow(f"{column} is {len(value):,} characters long, over the limit of "
+                         f"{LONGEST.get(column, 1000):,}")
     for column, longest in ((*((c, limits.MAX_NAME) for c in NAMES), ("eval_variant", 1000))):
         value = _text(row, column)
         if value is not None and not limits.is_line(value, longest):

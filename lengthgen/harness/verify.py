@@ -26,6 +26,7 @@ import datetime as dt
 import hashlib
 import json
 import math
+import os
 import random
 import tempfile
 from collections.abc import Callable
@@ -344,8 +345,8 @@ def write_report(target: str | Path, checks: list[RunCheck], data: dict[str, Any
     code, and the rows it covered (count, factors, digest) with the data's commit; ``data`` is the
     data the invocation read (``commit``, and ``runs``: each run's evaluated rows), from which a page
     counts the runs added or extended since."""
-    report = _load_report(Path(target)) or {}
-    runs = dict(report.get("runs", {}))
+    report = check_report(target)
+    runs = dict((report or {}).get("runs", {}))
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
     commit = provenance.software()["git_commit"] or "unknown"
     for check in checks:
@@ -355,6 +356,16 @@ def write_report(target: str | Path, checks: list[RunCheck], data: dict[str, Any
     body = {"format": FORMAT, "total_runs": len(data["runs"]), "data": {**data, "runs": dict(sorted(
         data["runs"].items()))}, "runs": dict(sorted(runs.items()))}
     return atomic_write(target, json.dumps(body, indent=1, sort_keys=True) + "\n")
+
+
+def check_report(target: str | Path) -> dict[str, Any] | None:
+    """The report already at ``target`` (None: no file there); a one-line UserError when some other
+    file is there (``--report README.md`` must not overwrite the README), checked before any run."""
+    report = _load_report(Path(target))
+    if report is None and os.path.lexists(target):
+        raise UserError(f"--report {target} is a file that is not a verify report; lengthgen does not "
+                        "overwrite it: name another file")
+    return report
 
 
 def _load_report(target: Path) -> dict[str, Any] | None:
