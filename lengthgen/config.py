@@ -399,6 +399,7 @@ def build_run_config(
             raise UserError(f"{what} must be a name (text), got {value!r}; valid: {', '.join(valid())}")
     mappings = {"task_params": task_params, "attn_options": attn_options, "overrides": overrides}
     for what, given in mappings.items():
+        limits.check_nesting(what, given)  # a notebook can pass a list nested 100,000 deep
         if given is not None and not (isinstance(given, Mapping) and all(isinstance(k, str) for k in given)):
             raise UserError(f"{what} must be a mapping of names to values (a dict), got {given!r}")
     preset_values = preset_sections(task, preset)  # checks the preset's name in either case
