@@ -132,3 +132,17 @@ def test_an_about_file_that_is_not_utf8(tmp_path: Path) -> None:
     expected = f"error: {ablation / 'ABOUT.md'} is not UTF-8 text (byte 0xe9 at position 3); save it as UTF-8"
     assert lines[0] == expected
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ("sample", "--task", "copy", "--length", "8", "--param", "x=" + "[" * 100_000),
+    ("run", "--task", "copy", "--attn", "softmax", "--set", "train.betas=" + "[" * 100_000),
+    ("sweep", "--task", "copy", "--attn", "softmax", "--set", "train.betas=" + "[" * 100_000, "--dry-run"),
+    ("run", "--task", "copy", "--attn", "entmax", "--attn-option", "alpha=" + "[" * 40 + "]" * 40),
+])
+def test_a_deeply_nested_value_on_the_command_line_is_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """Third round: 100,000 nested brackets gave a RecursionError traceback."""
+    done = cli(*args, "--out", str(tmp_path / "o")) if args[0] != "sample" else cli(*args)
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, lines
+    assert "nests lists or tables deeper than 32 levels" in lines[0] and not (tmp_path / "o").exists()

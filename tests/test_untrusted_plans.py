@@ -183,3 +183,18 @@ def test_the_provenance_git_call_ignores_inherited_git_settings(tmp_path: Path,
     commit, dirty = provenance.checkout.__wrapped__()  # type: ignore[attr-defined]
     assert commit and dirty is not None and not marker.exists()
     assert provenance.data_commit(REPO / "leaderboard" / "data") != "unknown" and not marker.exists()
+
+
+def test_an_ablation_whose_about_is_a_link_is_refused(tmp_path: Path) -> None:
+    from leaderboard_rows import make_rows
+
+    from lengthgen.harness.results import write_parquet_atomic
+    from lengthgen.leaderboard.ablations import load_ablations
+
+    secret = tmp_path / "secret.md"
+    secret.write_text("# TOP SECRET\n\nnot for the page\n", encoding="utf-8")
+    ablation = tmp_path / "ablations" / "a"
+    write_parquet_atomic(make_rows({("softmax", 0): [1.0, 0.5]}), ablation / "data" / "rows.parquet")
+    (ablation / "ABOUT.md").symlink_to(secret)
+    with pytest.raises(UserError, match="ABOUT.md is a symbolic link"):
+        load_ablations(tmp_path / "ablations")

@@ -158,6 +158,14 @@ def test_a_lock_file_that_is_a_link_is_not_followed(run_dir: Path, tmp_path: Pat
     assert "error: " in result.stderr and ".lock" in result.stderr
 
 
+def test_a_config_behind_a_link_is_refused(run_dir: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "config-elsewhere.json"
+    (run_dir / "config.json").rename(elsewhere)
+    (run_dir / "config.json").symlink_to(elsewhere)
+    for args in (["eval", str(run_dir)], ["positions", str(run_dir), "--samples", "2"]):
+        one_line_exit_2(runner.invoke(app, args), "config.json is a symbolic link")
+
+
 def test_positions_takes_a_power_of_two(run_dir: Path) -> None:
     result = runner.invoke(app, ["positions", str(run_dir), "--factor", "3", "--samples", "2"])
     one_line_exit_2(result, "factor must be a power of two (1, 2, 4, …), got 3")

@@ -136,6 +136,12 @@ def test_a_5mb_text_in_a_row_is_refused_in_normal_time(tmp_path: Path, column: s
     assert time.perf_counter() - start < 60 and "t" * 1000 not in readme
 
 
+def test_a_submission_cannot_call_itself_this_board(tmp_path: Path) -> None:
+    sub = folder(tmp_path, "sub", make_rows({("entmax", 4): [1.0, 0.5]}), 'name = "ours (This Board)"\n')
+    readme, _, _ = board(ours(tmp_path), sub, out=tmp_path / "board", expect="says it is this board's own")
+    assert "@ ours" not in readme and "## Sources" not in readme  # skipped: the board is ours alone
+
+
 # -- 10: no file through a link ----------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["SOURCE.md", "source.toml"])
 def test_a_symlinked_description_never_leaks(tmp_path: Path, name: str) -> None:
@@ -234,7 +240,7 @@ def test_the_readme_shows_data_literally(tmp_path: Path) -> None:
 
 
 # -- 13, 14: math text and non-ASCII names -------------------------------------------------------------
-@pytest.mark.parametrize("name", ["bad $\\frac{$ math", "$x^$", "α-entmax", "entmax 😀", "ünïcödé"])
+@pytest.mark.parametrize("name", ["bad $\\frac{$ math", "$x^$", "α-entmax", "entmax 😀", "ünïcödé", "x<y>|z"])
 def test_names_are_plain_text_to_figures_and_latex(tmp_path: Path, name: str) -> None:
     rows = relabel(make_rows(ROWS, val=VAL), attn=name)
     rows = pd.concat([rows, relabel(make_rows({("softmax", 0): [1.0, 0.5]}), task=f"copy {name}")])
@@ -246,6 +252,7 @@ def test_names_are_plain_text_to_figures_and_latex(tmp_path: Path, name: str) ->
     for tex in (tmp_path / "board" / "latex").glob("*.tex"):
         text = tex.read_bytes()
         assert text.isascii(), tex
+        assert b"<" not in text and b">" not in text  # pdflatex's OT1 font prints them as ¡ and ¿
     if shutil.which("pdflatex") is None:
         return
     document = tmp_path / "board" / "latex" / "doc.tex"

@@ -209,9 +209,13 @@ def test_a_report_without_row_digests_covers_nothing(folder: Path) -> None:
     assert "2 runs checked by a report that does not name the rows" in line
 
 
-@pytest.mark.parametrize("text", ["[" * 100_000, "not json", '{"runs": 5}', '{"runs": {"x": [1]}}'])
+@pytest.mark.parametrize("text", ["[" * 100_000, "not json", '{"runs": 5}', '{"runs": {"x": [1]}}', "link"])
 def test_an_unreadable_report_is_no_report(folder: Path, text: str) -> None:
-    (folder / "verify.json").write_text(text, encoding="utf-8")
+    if text == "link":  # a report elsewhere, linked in: not read
+        code, _, _ = run_verify(folder, "--report", str(folder.parent / "real.json"))
+        (folder / "verify.json").symlink_to(folder.parent / "real.json")
+    else:
+        (folder / "verify.json").write_text(text, encoding="utf-8")
     assert verify.read_report(folder) is None or not verify.read_report(folder)["runs"]
     assert "re-derived" not in page_line(folder)
 

@@ -44,6 +44,8 @@ FIELDS: dict[str, int] = {"name": 64, "who": 200, "what": 2000, "contact": 200, 
 #: The columns two copies of one run must agree on (what ``lengthgen verify`` compares): a
 #: submission cannot change one of them in a run the board already holds without being flagged.
 COMPARED: tuple[str, ...] = (*IDENTITY, *METRICS)
+#: How the sources table marks the board's own folder (a submission's label may not say it).
+PRIMARY_MARK = "this board"
 #: The columns that name one row of a run.
 ROW_KEY: tuple[str, ...] = ("factor", "eval_variant", "status")
 
@@ -141,6 +143,10 @@ def load_sources(paths: Sequence[str]) -> tuple[pd.DataFrame, list[Source]]:
                 continue
             warnings.warn(f"{exc}; the board's own folder is labelled by its name", UserNotice, stacklevel=2)
             source = Source(_folder_label(Path(path)), str(path), primary=True)
+        if not primary and PRIMARY_MARK in _same_label(source.label):
+            _skip(path, f"its label {source.label!r} says it is this board's own folder, which only the "
+                        "first folder is")
+            continue
         taken = next((s.label for s in sources if _same_label(s.label) == _same_label(source.label)), None)
         if taken is not None:
             _skip(path, f"its label {source.label!r} is already that of another folder ({taken!r}, compared "
@@ -247,8 +253,9 @@ def sources_table(rows: pd.DataFrame, sources: Sequence[Source]) -> Table:
         if source.merged:
             clash = "; ".join(filter(None, [clash, f"{source.merged} runs identical to an earlier folder's, "
                                                    "shown once"]))
-        body.append(Row((Cell(source.label + (" (this board)" if source.primary else "")), Cell(source.path),
-                         Cell(source.who), Cell(source.what), Cell(source.contact), Cell(source.commit),
+        label = source.label + (f" ({PRIMARY_MARK})" if source.primary else "")
+        body.append(Row((Cell(label), Cell(source.path), Cell(source.who), Cell(source.what),
+                         Cell(source.contact), Cell(source.commit),
                          Cell(str(run_ids.nunique()), float(run_ids.nunique())), Cell(line),
                          Cell(clash or "none"))))
     return Table(headers, tuple(body), label="result folders on this board")
