@@ -128,6 +128,7 @@ BAD_FIELDS = {
                           "is not a folder inside the plan's folder"),
     "ablations absolute": (plan_text('ablations = "/etc"'), "is not a folder inside the plan's folder"),
     "deep nesting": (plan_text(f"x = {'[' * 100_000}"), "nests lists or tables deeper than 32 levels"),
+    "a 2 MB plan": (plan_text(f"# {'x' * 2_000_000}"), "over the limit of 1,048,576 for a text file"),
     "nesting just past the limit": (plan_text(sweep=f'param = {{ deep = {"[" * 40 + "]" * 40} }}'),
                                     "nests lists or tables deeper than 32 levels"),
 }

@@ -179,6 +179,17 @@ def test_a_run_extended_or_added_since_is_named(folder: Path) -> None:
            "lengths" in line
 
 
+def test_rows_of_an_evaluation_variant_are_said_not_to_be_re_derived(folder: Path) -> None:
+    """Before: the page's "re-derived" line covered runs with variant rows it never re-derived."""
+    run_verify(folder)
+    path = data_file(folder, "softmax")
+    rows = pd.read_parquet(path)
+    variant = rows[rows["factor"] == 1].assign(eval_variant="attn=entmax")  # `eval --attn entmax`
+    write_parquet_atomic(pd.concat([rows, variant], ignore_index=True), path)
+    line = page_line(folder)
+    assert "2 of 2 runs re-derived" in line and "rows of evaluation variants (1) are not re-derived" in line
+
+
 def test_a_submissions_own_verify_json_is_never_taken(folder: Path, tmp_path: Path) -> None:
     """Before: a hand-written verify.json in a submission showed its runs as re-derived."""
     sub = tmp_path / "sub"
