@@ -8,26 +8,19 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from leaderboard_rows import ROWS, make_rows  # tests/ is on sys.path
+from hostile import result_folder  # tests/ is on sys.path
+from leaderboard_rows import ROWS, make_rows
 from typer.testing import CliRunner
 
 from lengthgen.attention import ATTENTION
 from lengthgen.cli import app
 from lengthgen.errors import UserNotice
-from lengthgen.harness.results import write_parquet_atomic
 from lengthgen.leaderboard.sources import describe_folder, load_sources
 
 runner = CliRunner()
 
 
-def folder(root: Path, name: str, rows: pd.DataFrame, source: str | None = None) -> Path:
-    path = root / name
-    (path / "data").mkdir(parents=True)
-    for run_id, group in rows.groupby("run_id"):
-        write_parquet_atomic(group, path / "data" / f"{run_id}.parquet")
-    if source is not None:
-        (path / "source.toml").write_text(source, encoding="utf-8")
-    return path
+folder = result_folder
 
 
 def test_a_folder_names_itself_or_is_named_after_its_folder(tmp_path: Path) -> None:

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hostile import SCRIPT, forged, relabel  # tests/ is on sys.path
+from hostile import SCRIPT, forged, relabel, result_folder  # tests/ is on sys.path
 from leaderboard_rows import ROWS, make_rows
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
 from lengthgen.errors import UserNotice
-from lengthgen.harness.results import write_parquet_atomic
 from lengthgen.leaderboard import PROTOCOL_LABEL
 from lengthgen.leaderboard.sources import COMPARED, load_sources
 
@@ -30,14 +29,7 @@ VAL = {**{("asentmax", s): (1.0, 0.9 - 0.1 * s) for s in range(3)},
        **{("softmax", s): (1.0, 0.5) for s in range(3)}}
 
 
-def folder(root: Path, name: str, rows: pd.DataFrame, source: str | None = None) -> Path:
-    path = root / name
-    (path / "data").mkdir(parents=True)
-    for run_id, group in rows.groupby("run_id"):
-        write_parquet_atomic(group, path / "data" / f"{run_id}.parquet")
-    if source is not None:
-        (path / "source.toml").write_text(source, encoding="utf-8")
-    return path
+folder = result_folder
 
 
 def board(*folders: Path, out: Path, expect: str | None = None) -> tuple[str, str, list[str]]:

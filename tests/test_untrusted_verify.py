@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hostile import forged, relabel  # tests/ is on sys.path
+from hostile import forged, relabel, tiny_sweep  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
@@ -24,19 +24,12 @@ from lengthgen.plans.plan import board_run_ids, load_plan, survey
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-TINY = ["--steps", "6", "--max-factor", "2", "--eval-samples", "8", "--set", "train.batch_size=8",
-        "--set", "train.val_samples=8", "--set", "train.val_every=3", "--set", "arch.d_model=32",
-        "--set", "arch.d_ff=64", "--quiet"]
 
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A sweep of two tiny runs (flip_flop, softmax and entmax, 1× and 2×)."""
-    out = tmp_path_factory.mktemp("published") / "sweep"
-    made = runner.invoke(app, ["sweep", "--task", "flip_flop", "--attn", "softmax,entmax", "--out", str(out),
-                               *TINY])
-    assert made.exit_code == 0, made.output
-    return out
+    return tiny_sweep(tmp_path_factory.mktemp("published") / "sweep")
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hostile import forged  # tests/ is on sys.path
+from hostile import forged, tiny_sweep  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen import provenance
@@ -18,18 +18,12 @@ from lengthgen.harness import verify
 from lengthgen.harness.results import write_parquet_atomic
 
 runner = CliRunner()
-TINY = ["--steps", "6", "--max-factor", "2", "--eval-samples", "8", "--set", "train.batch_size=8",
-        "--set", "train.val_samples=8", "--set", "train.val_every=3", "--set", "arch.d_model=32",
-        "--set", "arch.d_ff=64", "--quiet"]
 
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two runs of a sweep, one of them evaluated later past its max_factor (lengthgen eval)."""
-    out = tmp_path_factory.mktemp("verify") / "sweep"
-    made = runner.invoke(app, ["sweep", "--task", "flip_flop", "--attn", "softmax,entmax", "--out", str(out),
-                               *TINY])
-    assert made.exit_code == 0, made.output
+    out = tiny_sweep(tmp_path_factory.mktemp("verify") / "sweep")
     run = next((out / "runs").glob("flip_flop-softmax-*"))
     extended = runner.invoke(app, ["eval", str(run), "--max-factor", "4", "--quiet"])
     assert extended.exit_code == 0, extended.output
