@@ -18,6 +18,13 @@ user allows it (``--trust-plugins``): the folder may come from someone else. Whe
 report names what else differs between the code that made them and this one (commit, local
 changes, numerics version). Rows of evaluation variants (``lengthgen eval --param/--attn``) are
 not re-derived.
+
+A run is checked all or nothing: one with any row the reader refuses (a mean outside its interval,
+an odd factor, a million threads) is ✗ with the reason, and a run that fails to re-derive is ✗
+while the others go on. The report goes where the user says (``--report``), is merged and saved
+after every run, and records per run the rows it re-derived (count, factors and
+:func:`rows_digest`) and the data it read, so that a page can tell whether the rows it shows are
+still the rows that were checked (``leaderboard/verified.py``).
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ def _against_earlier(rows: pd.DataFrame, label: str, held: dict[str, tuple[str, 
             held[run] = (label, mine)
             continue
         first, theirs = held[run]
-        difference = first_difference(theirs, mine)
+        difference = copies_differ(theirs, mine)
         if difference is not None:
             conflicts.append(Conflict(run, first, *difference))
         elif _keys(mine) <= _keys(theirs):
@@ -201,7 +201,7 @@ def _keys(rows: pd.DataFrame) -> set[tuple[Any, ...]]:
     return {tuple(comparable(v) for v in key) for key in rows[list(ROW_KEY)].itertuples(index=False)}
 
 
-def first_difference(first: pd.DataFrame, other: pd.DataFrame) -> tuple[str, tuple[Any, Any]] | None:
+def copies_differ(first: pd.DataFrame, other: pd.DataFrame) -> tuple[str, tuple[Any, Any]] | None:
     """Where two copies of a run first differ, over the rows both hold, in :data:`COMPARED`:
     ("exact_match at 1×", (first's value, other's value)); None when they agree."""
     index = {tuple(comparable(v) for v in key): i
