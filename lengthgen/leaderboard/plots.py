@@ -10,13 +10,12 @@ give the same bytes.
 
 from __future__ import annotations
 
-import functools
 import io
 import itertools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import matplotlib
 
@@ -27,6 +26,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
 from lengthgen.files import atomic_write  # noqa: E402
+from lengthgen.harness.plots import plain_text  # noqa: E402
 from lengthgen.leaderboard.paper import PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank  # noqa: E402
 from lengthgen.leaderboard.rows import ok_rows, prepared  # noqa: E402
 from lengthgen.leaderboard.stats import LEARNED_THRESHOLD, learned, stable_mean  # noqa: E402
@@ -48,22 +48,6 @@ _LEARNED_STYLE, _UNLEARNED_STYLE = "-", (0, (1, 1.5))
 _PAPER_STYLE = (0, (5, 1.5, 1, 1.5))
 #: SVG text as paths; PDF fonts embedded as TrueType (Type 42), which journals accept, not Type 3.
 _SAVE = {"svg.hashsalt": "lengthgen", "svg.fonttype": "path", "pdf.fonttype": 42}
-#: Names are data: ``$\\frac{$`` in a backend or task name is text, never matplotlib math (which would
-#: fail to parse it) nor LaTeX.
-_PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _plain_text(draw: F) -> F:
-    """Draw a figure with every text plain (:data:`_PLAIN_TEXT`): titles, labels and legends."""
-
-    @functools.wraps(draw)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with plt.rc_context(_PLAIN_TEXT):
-            return draw(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _format(path: Target, fmt: str | None) -> str:
@@ -135,7 +119,8 @@ def _shown(frame: pd.DataFrame, summary: pd.DataFrame, task: str) -> list[tuple[
     out = []
     for method, pos, recipe, setting, selection in keys.itertuples(index=False):
         several = str(selection).startswith("n/a")
-        out.append((method, pos, recipe, f"{method} ({pos})" + (f" [{setting}]" if several else "")))
+        label = f"{method} ({pos})" + (f" [{setting}]" if several else "")
+        out.append((method, pos, recipe, plain_text(label)))  # names from data: never math
     return out
 
 
@@ -168,7 +153,6 @@ def _seed_key() -> list[Line2D]:
                    label="one seed that did not")]
 
 
-@_plain_text
 def plot_exact_match(rows: pd.DataFrame, task: str, path: Target, summary: pd.DataFrame | None = None,
                      fmt: str | None = None) -> Any:
     """Exact match (%) vs length factor: per (backend, scheme) the mean over seeds of the setting
@@ -193,13 +177,12 @@ def plot_exact_match(rows: pd.DataFrame, task: str, path: Target, summary: pd.Da
     ax.set_ylabel("exact match (%)")
     ax.set_ylim(-2, 102)
     ax.grid(True, alpha=0.3)
-    ax.set_title(f"{task}: exact match vs length")
+    ax.set_title(plain_text(f"{task}: exact match vs length"))
     handles, _ = ax.get_legend_handles_labels()
     fig.legend(handles=[*handles, *_seed_key()], loc="outside right upper", fontsize=8, frameon=False)
     return _finish(fig, path, fmt)
 
 
-@_plain_text
 def plot_dispersion(rows: pd.DataFrame, task: str, path: Target, summary: pd.DataFrame | None = None,
                     fmt: str | None = None) -> Any:
     """Normalized attention entropy and support size vs length factor, drawn like the exact-match
@@ -222,8 +205,8 @@ def plot_dispersion(rows: pd.DataFrame, task: str, path: Target, summary: pd.Dat
     ax_e.set_ylim(-0.02, 1.02)
     ax_s.set_ylabel("support size (keys with weight > 0)")
     ax_s.set_yscale("log", base=2)
-    ax_e.set_title(f"{task}: attention entropy")
-    ax_s.set_title(f"{task}: attention support")
+    ax_e.set_title(plain_text(f"{task}: attention entropy"))
+    ax_s.set_title(plain_text(f"{task}: attention support"))
     handles, _ = ax_e.get_legend_handles_labels()
     fig.legend(handles=[*handles, *_seed_key()], loc="outside right upper", fontsize=8, frameon=False)
     return _finish(fig, path, fmt)
