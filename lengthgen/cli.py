@@ -492,7 +492,7 @@ def _run_plan(plan_file: str, out: str, jobs: int, device: Device, retry_failed:
     plan = load_plan(plan_file)
     if dry_run:
         states = survey(plan, out, retry_failed=retry_failed)
-        timings = Timings.from_folders(Path(out), ablations_dir(plan, plan_file))
+        timings = Timings.from_folders(Path(out), ablations_dir(plan, plan_file, out))
         for line in listing.dry_run_lines(states, timings):
             typer.echo(line)
         return
@@ -584,7 +584,7 @@ def leaderboard_command(
             raise UserError(f"none of the runs of plan {plan_file} is recorded under {results!r}; "
                             f"run: lengthgen sweep --plan {plan_file} --out {results}")
         title, hardware = plan.title, plan.hardware
-        folder = ablations_dir(plan, plan_file)
+        folder = ablations_dir(plan, plan_file, results)
         ablations = None if folder is None else str(folder)
         rule = rule_text(plan)
         reasons = [CellReason(*cell) for cell in plan.cell_reasons()]
@@ -633,6 +633,9 @@ def verify_command(
                                                               r"with --seed \[default: all]."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sampler."),
     device: Device = typer.Option("cpu", "--device"),
+    report_file: str = typer.Option(
+        "verify.json", "--report", help="The report to write (merged into it when it exists); a board "
+                                        r"cites DIR/verify.json beside its data \[default: ./verify.json]."),
     trust_plugins: bool = typer.Option(False, "--trust-plugins", help=TRUST_HELP),
 ) -> None:
     """Retrain runs from their recorded configs and compare every row; exit 1 on any difference."""
@@ -641,13 +644,14 @@ def verify_command(
 
     if sample is not None and sample < 1:
         raise UserError(f"--sample must be at least 1, got {sample}")
-    runs = verify.published_runs(input_path(path, "PATH"))
+    report = file_for_writing(report_file, "--report")
+    verify.check_report(report)
+    runs, unusable = verify.runs_to_verify(input_path(path, "PATH"))
     _check_run_environment(device, None)
-    typer.echo(f"verify: re-deriving {min(sample or len(runs), len(runs))} of {len(runs)} runs under {path}",
-               err=True)
+    typer.echo(f"verify: re-deriving {min(sample or len(runs), len(runs))} of {len(runs)} runs under {path}"
+               + (f" ({len(unusable)} with unusable rows: not verified)" if unusable else ""), err=True)
     with trusted_plugins(everything=trust_plugins):
-        checks = verify.verify(path, sample=sample, seed=seed, device=device, echo=typer.echo)
-    report = verify.write_report(path, checks, len(runs))
+        checks = verify.verify(path, sample=sample, seed=seed, device=device, echo=typer.echo, report=report)
     bad = [c for c in checks if not c.ok]
     typer.echo(f"verify: {len(checks) - len(bad)} of {len(checks)} runs re-derived identically; "
                f"report: {report}", err=True)

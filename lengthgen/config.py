@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
@@ -35,6 +36,11 @@ from pydantic import (
 
 from lengthgen import limits
 from lengthgen.errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 
 class _Frozen(BaseModel):
@@ -233,22 +239,41 @@ class RunConfig(_Frozen):
 SECTIONS: tuple[str, ...] = ("train", "eval", "arch")
 
 
-def parse_json(text: str) -> Any:
+def parse_json(text: str, what: str = "the value") -> Any:
     """``text`` as JSON, where ``NaN`` and ``Infinity`` are not numbers: ValueError for them, as for
-    any text that is not JSON."""
+    any text that is not JSON; a one-line UserError for data nested deeper than
+    ``limits.MAX_NESTING`` (the parser would run out of recursion on 100,000 brackets)."""
 
     def refuse(constant: str) -> Any:
         raise ValueError(constant)
 
-    return json.loads(text, parse_constant=refuse)
+    try:
+        value = json.loads(text, parse_constant=refuse)
+    except RecursionError:
+        raise limits.too_deep(what) from None
+    limits.check_nesting(what, value)
+    return value
 
 
-def parse_value(raw: str) -> Any:
+def parse_toml(text: str, what: str) -> dict[str, Any]:
+    """A TOML document someone else may have written (a plan, ``source.toml``): its tables, or a
+    one-line UserError naming ``what`` (not TOML, nested too deep)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{what}: not a valid TOML file ({exc})") from None
+    except RecursionError:
+        raise limits.too_deep(what) from None
+    limits.check_nesting(what, data)
+    return data
+
+
+def parse_value(raw: str, what: str = "the value") -> Any:
     """A value typed on the command line: JSON when it is JSON (numbers, true/false, null, lists,
     objects), else the text itself. ``NaN`` and ``Infinity`` stay text; the config then refuses
     them with a one-line error instead of training on them."""
     try:
-        return parse_json(raw)
+        return parse_json(raw, what)
     except ValueError:
         return raw
 
@@ -265,7 +290,10 @@ def parse_assignments(pairs: Iterable[str] | None, flag: str = "--param",
             raise UserError(f"bad {flag} {pair!r}: expected key=value")
         if key in out:
             raise UserError(f"{flag} sets {key!r} twice")
-        out[key] = parse(raw)
+        try:
+            out[key] = parse(raw)
+        except UserError as exc:  # e.g. nested too deep: name the flag and field
+            raise UserError(f"{flag} {key}: {exc}") from None
     return out
 
 
@@ -368,6 +396,7 @@ def build_run_config(
             raise UserError(f"{what} must be a name (text), got {value!r}; valid: {', '.join(valid())}")
     mappings = {"task_params": task_params, "attn_options": attn_options, "overrides": overrides}
     for what, given in mappings.items():
+        limits.check_nesting(what, given)  # a notebook can pass a list nested 100,000 deep
         if given is not None and not (isinstance(given, Mapping) and all(isinstance(k, str) for k in given)):
             raise UserError(f"{what} must be a mapping of names to values (a dict), got {given!r}")
     preset_values = preset_sections(task, preset)  # checks the preset's name in either case

@@ -18,10 +18,12 @@ into place, so an interrupted or failed command leaves the previous set, or noth
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import shutil
 import signal
+import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -79,11 +81,36 @@ def temporary_name(name: str) -> str:
     return os.fsdecode(b"." + raw + suffix)
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
+def read_text(path: str | os.PathLike[str], *, links: bool = True, limit: int | None = None) -> str:
     """A text file lengthgen did not necessarily write (``config.json``, ``ABOUT.md``): UTF-8, or a
-    one-line :class:`UserError` that names the file and the first byte that is not."""
+    one-line :class:`UserError` that names the file and the first byte that is not.
+
+    Only a regular file is read (a FIFO would block forever, a device never end), of at most
+    ``limit`` bytes; with ``links=False`` a symbolic link is refused, not followed: a file in a
+    folder someone else wrote must not lead outside it (``SOURCE.md`` → a secret shown on a page).
+    A missing file raises ``FileNotFoundError`` as ``open`` does."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if links else getattr(os, "O_NOFOLLOW", 0))
+    if not links and os.path.islink(path):  # also where the system has no O_NOFOLLOW
+        raise UserError(f"{path} is a symbolic link: lengthgen does not read files through links in a "
+                        "folder it did not write")
     try:
-        return Path(path).read_text(encoding="utf-8")
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not links:
+            raise UserError(f"{path} is a symbolic link: lengthgen does not read files through links in "
+                            "a folder it did not write") from None
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(f"{path} is not a regular file")
+        if limit is not None and info.st_size > limit:
+            raise UserError(f"{path} is {info.st_size:,} bytes, over the limit of {limit:,} for a text file")
+        data = handle.read() if limit is None else handle.read(limit + 1)
+    if limit is not None and len(data) > limit:  # grew while being read
+        raise UserError(f"{path} is over the limit of {limit:,} bytes for a text file")
+    try:
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as text mode reads
     except UnicodeDecodeError as exc:
         raise UserError(f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at position "
                         f"{exc.start}); save it as UTF-8") from None

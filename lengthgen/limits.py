@@ -8,7 +8,13 @@ call them before anything is allocated.
 
 from __future__ import annotations
 
+import re
+
 from lengthgen.errors import UserError
+
+#: Control characters (C0, DEL, C1, the Unicode line and paragraph separators): text from someone
+#: else's file that reaches a page, a README table, LaTeX or a figure is one line without them.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 #: Longest sample, in the task's own length unit (items, symbols, instructions, context tokens).
 #: The paper evaluates at 64 × 1024 = 65,536; one sample of 2^20 takes about 0.2 GB to generate.
@@ -29,6 +35,18 @@ MAX_RUNS = 100_000
 MAX_STEPS = 10**7
 #: Most model parameters, estimated from the layer sizes (the paper's largest model has ~13 M).
 MAX_PARAMS = 4 * 10**9
+#: Most torch threads a row may record (and ``verify`` may start): the largest two-socket servers
+#: have 512 hardware threads; a row asking for 10^6 crashes torch, and 4,096 cost 40 s of system time.
+MAX_THREADS = 512
+#: Deepest nesting of lists and tables in a file or value someone else may have written (a plan,
+#: ``source.toml``, ``verify.json``, ``config.json``, ``--set``): a run config nests 4 levels, a
+#: plan 5; 100,000 nested brackets would exhaust Python's recursion limit in the parser.
+MAX_NESTING = 32
+#: Longest file lengthgen reads as text from a folder (plans, source.toml, SOURCE.md, ABOUT.md,
+#: config.json, verify.json; the published plan is about 20 KB).
+MAX_TEXT_BYTES = 2**20
+#: Longest name (a task, backend, position scheme or submission label) shown in a table or figure.
+MAX_NAME = 200
 
 
 def check_at_most(what: str, value: int, limit: int, hint: str = "") -> None:
@@ -47,3 +65,45 @@ def check_sample_size(n: int, length: int) -> None:
     check_at_most("length", length, MAX_LENGTH)
     check_at_most("n", n, MAX_SAMPLES)
     check_at_most("n × length", n * length, MAX_TOKENS, "fewer or shorter samples per call")
+
+
+def check_power_of_two(what: str, value: int) -> None:
+    """Factors are powers of two everywhere (``eval.max_factor``, ``--factor``, a row's ``factor``)."""
+    if value < 1 or value & (value - 1):
+        raise UserError(f"{what} must be a power of two (1, 2, 4, …), got {value}")
+
+
+def nesting_depth(value: object) -> int:
+    """How deep lists and dicts nest in ``value`` (0 for a scalar), without recursing: a value
+    parsed from someone else's file may nest deeper than Python's recursion limit allows."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = list(item.values())
+        elif isinstance(item, (list, tuple)):
+            children = list(item)
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_NESTING:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def too_deep(what: str) -> UserError:
+    """The one-line error for data nested deeper than ``MAX_NESTING`` (raised by the caller, also
+    when a parser ran out of recursion before the depth could be measured)."""
+    return UserError(f"{what} nests lists or tables deeper than {MAX_NESTING} levels")
+
+
+def check_nesting(what: str, value: object) -> None:
+    """Refuse data nested deeper than ``MAX_NESTING``."""
+    if nesting_depth(value) > MAX_NESTING:
+        raise too_deep(what)
+
+
+def is_line(text: str, longest: int) -> bool:
+    """``text`` is one line of at most ``longest`` characters without control characters."""
+    return len(text) <= longest and not CONTROL.search(text)

@@ -12,6 +12,7 @@ changes them (``lengthgen verify`` uses it to say why two rows differ).
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -29,24 +30,57 @@ COLUMNS: tuple[str, ...] = ("numpy_version", "numba_version", "git_commit", "git
                             "torch_threads", "cpu", "cpu_isa", "attn_package")
 
 
-def _git(folder: Path, *args: str) -> str | None:
+#: Settings no configuration may give the git calls below: ``core.fsmonitor`` names a command
+#: that ``git status`` runs (from ``GIT_CONFIG_*`` in the environment, or a folder's own config).
+GIT_SETTINGS: tuple[str, ...] = ("-c", "core.fsmonitor=false")
+
+
+def git_environment() -> dict[str, str]:
+    """The environment of lengthgen's git calls: this process's, without any ``GIT_*`` variable
+    (``GIT_CONFIG_COUNT``/``GIT_CONFIG_KEY_0`` can set any option, ``GIT_DIR`` another repository),
+    so what the call reads and runs is not steered by what a parent process (or a plan) set."""
+    return {k: v for k, v in os.environ.items() if not k.upper().startswith("GIT_")}
+
+
+def git(folder: Path, *args: str) -> str | None:
+    """``git -C folder ARGS`` with the settings above and the cleaned environment; its output, or
+    None when git is missing or fails."""
     try:
-        done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30,
-                              check=True)
+        done = subprocess.run(["git", *GIT_SETTINGS, "-C", str(folder), *args], capture_output=True,
+                              text=True, timeout=30, check=True, env=git_environment(),
+                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip()
+
+
+#: What :func:`data_commit` says outside a git repository.
+UNKNOWN_COMMIT = "unknown"
+
+
+def data_commit(path: str | os.PathLike[str]) -> str:
+    """The last git commit that touched ``path`` (its data), '+ uncommitted changes' when it has
+    some; ``unknown`` outside a git repository. Committing a regenerated page does not change it."""
+    target = Path(path)
+    folder = target if target.is_dir() else target.parent
+    commit = git(folder, "log", "-1", "--format=%h", "--", str(target.resolve()))
+    dirty = git(folder, "status", "--porcelain", "--", str(target.resolve()))
+    if commit is None or dirty is None:
+        return UNKNOWN_COMMIT
+    if not commit:
+        return f"{UNKNOWN_COMMIT} (data not committed)"
+    return f"{commit} + uncommitted changes" if dirty else commit
 
 
 @functools.cache
 def checkout() -> tuple[str | None, bool | None]:
     """(commit, dirty) of the git checkout the package runs from; (None, None) outside one."""
     package = Path(__file__).resolve().parent
-    top = _git(package, "rev-parse", "--show-toplevel")
+    top = git(package, "rev-parse", "--show-toplevel")
     if not top or not (Path(top) / "pyproject.toml").is_file():
         return None, None  # an installed copy, or a folder inside some other repository
-    commit = _git(package, "rev-parse", "HEAD")
-    status = _git(package, "status", "--porcelain", "--untracked-files=no", "--", str(package))
+    commit = git(package, "rev-parse", "HEAD")
+    status = git(package, "status", "--porcelain", "--untracked-files=no", "--", str(package))
     return commit or None, None if status is None else bool(status)
 
 

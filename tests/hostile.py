@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from lengthgen.config import RunConfig, build_run_config
-from lengthgen.harness.schema import config_hash_of, run_id_of
+from lengthgen.harness.schema import config_hash_of, run_id_of, wilson_interval
 
 #: Strings an adversarial result folder might carry.
 SCRIPT = 'x"><img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
@@ -42,6 +42,19 @@ def relabel(rows: pd.DataFrame, **fields: Any) -> pd.DataFrame:
     return out
 
 
+def forged(rows: pd.DataFrame, where: pd.Series, hits: int | None = None) -> pd.DataFrame:
+    """``rows`` with the exact match of the ``where`` rows set to ``hits`` of their samples (default:
+    one sample more, or one fewer when every one was right) and the interval to match: an edit the
+    reader cannot tell from an honest row (only ``lengthgen verify`` can, by training the run again)."""
+    out = rows.copy()
+    for i in out.index[where]:
+        n = int(out.at[i, "n_samples"])
+        k = round(float(out.at[i, "exact_match"]) * n)
+        k = hits if hits is not None else k + 1 if k < n else k - 1
+        out.loc[i, ["exact_match", "exact_match_lo", "exact_match_hi"]] = [k / n, *wilson_interval(k, n)]
+    return out
+
+
 def payload_plugin(folder: Path, marker: Path) -> str:
     """A backend file that writes ``marker`` when imported (a softmax otherwise); its spec."""
     path = folder / "payload.py"
@@ -59,3 +72,34 @@ def payload_plugin(folder: Path, marker: Path) -> str:
 
 def tiny_config(task: str = "copy", attn: str = "softmax", **overrides: Any) -> RunConfig:
     return build_run_config(task, attn, overrides={**TINY, **overrides})
+
+
+#: ``lengthgen sweep`` flags of a run that trains and evaluates (1×, 2×) in seconds.
+TINY_FLAGS = ["--steps", "6", "--max-factor", "2", "--eval-samples", "8", "--set", "train.batch_size=8",
+              "--set", "train.val_samples=8", "--set", "train.val_every=3", "--set", "arch.d_model=32",
+              "--set", "arch.d_ff=64", "--quiet"]
+
+
+def tiny_sweep(out: Path) -> Path:
+    """A sweep of two tiny flip_flop runs (softmax, entmax) under ``out``, as a colleague would publish it."""
+    from typer.testing import CliRunner
+
+    from lengthgen.cli import app
+
+    flags = ["--task", "flip_flop", "--attn", "softmax,entmax", "--out", str(out), *TINY_FLAGS]
+    made = CliRunner().invoke(app, ["sweep", *flags])
+    assert made.exit_code == 0, made.output
+    return out
+
+
+def result_folder(root: Path, name: str, rows: pd.DataFrame, source: str | None = None) -> Path:
+    """A result folder ``root/name`` with one data file per run, and ``source.toml`` when given."""
+    from lengthgen.harness.results import write_parquet_atomic
+
+    path = root / name
+    (path / "data").mkdir(parents=True)
+    for run_id, group in rows.groupby("run_id"):
+        write_parquet_atomic(group, path / "data" / f"{run_id}.parquet")
+    if source is not None:
+        (path / "source.toml").write_text(source, encoding="utf-8")
+    return path

@@ -4,6 +4,7 @@ so its rows record the pinned instruction sets; a different value already set is
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -65,11 +66,35 @@ def test_other_machines_are_told_and_left_alone() -> None:
     assert pin_numerics({}, env, machine="x86_64") is None
 
 
-def test_a_plan_names_environment_variables_only(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("pin", "message"), [
+    ('"aten cpu" = "avx2"', "'aten cpu' is not a numerics pin; a plan may set only ATEN_CPU_CAPABILITY, "),
+    ('PYTHONPATH = "evil"', "'PYTHONPATH' is not a numerics pin"),
+    ('LD_PRELOAD = "/tmp/x.so"', "'LD_PRELOAD' is not a numerics pin"),
+    ('GIT_CONFIG_COUNT = "1"', "'GIT_CONFIG_COUNT' is not a numerics pin"),
+    ('ATEN_CPU_CAPABILITY = "avx2; x"', "ATEN_CPU_CAPABILITY = 'avx2; x' is not a value it takes"),
+    ('NUMBA_CPU_NAME = "../../x"', "NUMBA_CPU_NAME = '../../x' is not a value it takes"),
+    ("ATEN_CPU_CAPABILITY = 2", "ATEN_CPU_CAPABILITY = 2 is not a value it takes"),
+])
+def test_a_plan_pins_known_variables_to_values_of_their_pattern(tmp_path: Path, pin: str,
+                                                                message: str) -> None:
     path = tmp_path / "plan.toml"
-    path.write_text(PLAN.replace("ATEN_CPU_CAPABILITY =", '"aten cpu" ='), encoding="utf-8")
-    with pytest.raises(UserError, match="'aten cpu' is no environment variable name"):
+    path.write_text(PLAN.replace('ATEN_CPU_CAPABILITY = "default"', pin), encoding="utf-8")
+    with pytest.raises(UserError, match=re.escape(message)):
         load_plan(path)
+
+
+
+@pytest.mark.parametrize("pins", [{"PYTHONPATH": "evil"}, {"NUMBA_CPU_NAME": "../x"}])
+def test_pin_numerics_sets_nothing_else_whoever_calls_it(pins: dict[str, str]) -> None:
+    env: dict[str, str] = {}
+    with pytest.raises(UserError, match="numerics: .* (is not a numerics pin|is not a value it takes)"):
+        pin_numerics(pins, env, machine="x86_64")
+    assert env == {}
+
+
+def test_every_pin_of_the_published_plans_is_allowed() -> None:
+    for name in ("plan.toml", "budget.toml"):
+        numerics.check_pins(load_plan(Path(__file__).resolve().parents[1] / "leaderboard" / name).numerics)
 
 
 def test_sweep_plan_runs_with_the_pinned_numerics(tmp_path: Path) -> None:

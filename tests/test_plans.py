@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hostile import forged  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
@@ -315,11 +316,12 @@ def test_a_run_whose_model_is_gone_is_trained_again_checked_and_extended(
     shutil.rmtree(out / "runs" / key)
     path = data_path(out, key)
     rows = pd.read_parquet(path)
-    rows.loc[rows["factor"] == 1, "exact_match"] = 0.123
-    write_parquet_atomic(rows, path)
+    forgery = forged(rows, rows["factor"] == 1)  # consistent with its interval: the reader takes it
+    write_parquet_atomic(forgery, path)
     report = run_plan(plan, out, progress=False)
     [failed] = report.failed
-    assert "does not reproduce its recorded rows (1×: exact_match published 0.123" in (failed.error or "")
+    published = float(forgery.loc[forgery["factor"] == 1, "exact_match"].iloc[0])
+    assert f"not reproduce its recorded rows (1×: exact_match published {published!r}" in (failed.error or "")
     assert not (out / "runs" / key).exists() and ok_factors(out, config) == [1, 2]
     assert not list((out / "runs").glob(".restore-*"))
 

@@ -8,26 +8,19 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from leaderboard_rows import ROWS, make_rows  # tests/ is on sys.path
+from hostile import result_folder  # tests/ is on sys.path
+from leaderboard_rows import ROWS, make_rows
 from typer.testing import CliRunner
 
 from lengthgen.attention import ATTENTION
 from lengthgen.cli import app
 from lengthgen.errors import UserNotice
-from lengthgen.harness.results import write_parquet_atomic
 from lengthgen.leaderboard.sources import describe_folder, load_sources
 
 runner = CliRunner()
 
 
-def folder(root: Path, name: str, rows: pd.DataFrame, source: str | None = None) -> Path:
-    path = root / name
-    (path / "data").mkdir(parents=True)
-    for run_id, group in rows.groupby("run_id"):
-        write_parquet_atomic(group, path / "data" / f"{run_id}.parquet")
-    if source is not None:
-        (path / "source.toml").write_text(source, encoding="utf-8")
-    return path
+folder = result_folder
 
 
 def test_a_folder_names_itself_or_is_named_after_its_folder(tmp_path: Path) -> None:
@@ -77,11 +70,16 @@ def test_a_tampered_submitted_row_is_refused_with_a_warning(tmp_path: Path) -> N
     assert "entmax @ mallory" not in (tmp_path / "board" / "README.md").read_text(encoding="utf-8")
 
 
-def test_two_folders_with_one_label_and_a_plan_with_submissions_are_refused(tmp_path: Path) -> None:
+def test_a_second_folder_with_a_label_taken_is_skipped_and_a_plan_with_submissions_refused(
+        tmp_path: Path) -> None:
     own = folder(tmp_path, "ours", make_rows(ROWS), 'name = "same"\n')
-    other = folder(tmp_path, "other", make_rows({("entmax", 0): [1.0, 0.5]}), 'name = "same"\n')
-    clash = runner.invoke(app, ["leaderboard", str(own), str(other), "--out", str(tmp_path / "b")])
-    assert clash.exit_code == 2 and "both labelled 'same'" in clash.output
+    other = folder(tmp_path, "other", make_rows({("entmax", 1): [1.0, 0.5]}), 'name = "Same "\n')
+    with pytest.warns(UserNotice, match="surrounding spaces"):  # "Same " is refused as a name: skipped
+        runner.invoke(app, ["leaderboard", str(own), str(other), "--out", str(tmp_path / "b")])
+    (other / "source.toml").write_text('name = "SAME"\n', encoding="utf-8")
+    with pytest.warns(UserNotice, match="label 'SAME' is already that of another folder"):
+        clash = runner.invoke(app, ["leaderboard", str(own), str(other), "--out", str(tmp_path / "b")])
+    assert clash.exit_code == 0 and "@ SAME" not in (tmp_path / "b" / "README.md").read_text(encoding="utf-8")
     plan = tmp_path / "plan.toml"
     plan.write_text("[[sweep]]\nname = 'a'\ntask = ['copy']\nattn = ['softmax']\n", encoding="utf-8")
     mixed = runner.invoke(app, ["leaderboard", str(own), str(other), "--plan", str(plan), "--out", "b"])

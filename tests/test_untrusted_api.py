@@ -22,12 +22,24 @@ QUICK = REPO / "leaderboard" / "ablations" / "quick-preset"
 
 
 # -- row 12: the Python API raises the CLI's one-line UserError for every bad argument ------------
+
+def _deep(value: Any) -> Any:
+    """``"DEEP"`` anywhere in ``value`` → a list nested 100,000 deep (built without recursion)."""
+    if value == "DEEP":
+        deep: list[Any] = []
+        for _ in range(100_000):
+            deep = [deep]
+        return deep
+    return {k: _deep(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+
 def run(**kwargs: Any) -> Callable[[Path], object]:
-    return lambda out: lengthgen.run(**{"task": "copy", "attn": "softmax", "out": out, **kwargs})
+    return lambda out: lengthgen.run(**{"task": "copy", "attn": "softmax", "out": out, **_deep(kwargs)})
 
 
 def sweep(**kwargs: Any) -> Callable[[Path], object]:
-    return lambda out: lengthgen.sweep(**{"task": "copy", "attn": "softmax", "out": out / "s", **kwargs})
+    given = _deep(kwargs)
+    return lambda out: lengthgen.sweep(**{"task": "copy", "attn": "softmax", "out": out / "s", **given})
 
 
 API_CASES: dict[str, tuple[Callable[[Path], object], str]] = {
@@ -51,7 +63,13 @@ API_CASES: dict[str, tuple[Callable[[Path], object], str]] = {
     "load_results 3": (lambda out: lengthgen.load_results(3), "path must be a path (text), got 3"),
     "evaluate missing": (lambda out: lengthgen.evaluate(out / "nonexistent"), "is not a folder"),
     "evaluate task_params": (lambda out: lengthgen.evaluate(out, task_params="x"), "task_params must be a"),
+    # third round: a structure nested deeper than any parser's recursion (RecursionError before)
+    "task_params deep": (run(task_params={"x": "DEEP"}), "task_params nests lists or tables deeper than 32"),
+    "attn_options deep": (run(attn_options={"alpha": "DEEP"}), "attn_options nests lists or tables deeper"),
+    "a dotted field deep": (run(**{"train.betas": "DEEP"}), "nests lists or tables deeper than 32 levels"),
+    "sweep task_params deep": (sweep(task_params={"x": "DEEP"}), "task_params nests lists or tables deeper"),
 }
+
 
 
 @pytest.mark.parametrize("case", list(API_CASES))
@@ -114,3 +132,17 @@ def test_an_about_file_that_is_not_utf8(tmp_path: Path) -> None:
     expected = f"error: {ablation / 'ABOUT.md'} is not UTF-8 text (byte 0xe9 at position 3); save it as UTF-8"
     assert lines[0] == expected
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args", [
+    ("sample", "--task", "copy", "--length", "8", "--param", "x=" + "[" * 100_000),
+    ("run", "--task", "copy", "--attn", "softmax", "--set", "train.betas=" + "[" * 100_000),
+    ("sweep", "--task", "copy", "--attn", "softmax", "--set", "train.betas=" + "[" * 100_000, "--dry-run"),
+    ("run", "--task", "copy", "--attn", "entmax", "--attn-option", "alpha=" + "[" * 40 + "]" * 40),
+])
+def test_a_deeply_nested_value_on_the_command_line_is_one_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """Third round: 100,000 nested brackets gave a RecursionError traceback."""
+    done = cli(*args, "--out", str(tmp_path / "o")) if args[0] != "sample" else cli(*args)
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, lines
+    assert "nests lists or tables deeper than 32 levels" in lines[0] and not (tmp_path / "o").exists()

@@ -22,9 +22,11 @@ from hostile import TINY, payload_plugin, tiny_config  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
+from lengthgen.config import RunConfig
 from lengthgen.errors import UserNotice
 from lengthgen.harness import reevaluate
 from lengthgen.harness import run as harness_run
+from lengthgen.harness.identity import run_key
 from lengthgen.harness.run import config_text, execute, save_training_rows
 from lengthgen.harness.store import run_lock, save_rows
 from lengthgen.kernels.engine import attend
@@ -91,13 +93,96 @@ def test_a_config_naming_a_payload_file_never_executes_it(tmp_path: Path) -> Non
     assert line.startswith("error: attention backend") and "--trust-plugins" in line
     board = cli("leaderboard", str(run), "--out", str(tmp_path / "board"))
     assert board.returncode == 0 and not marker.exists(), board.stderr
-    verified = cli("verify", str(run))  # re-deriving the run would import it: not without consent
+    verified = cli("verify", str(run), "--report", str(tmp_path / "verify.json"))  # it would import it
     assert verified.returncode == 1 and not marker.exists(), verified.stderr
     assert "--trust-plugins" in next(line for line in verified.stdout.splitlines() if line.startswith("✗"))
     # the user who trusts the folder says so
     trusted = cli("eval", str(run), "--max-factor", "4", "--trust-plugins", "--quiet")
     assert trusted.returncode == 0 and marker.is_file(), trusted.stderr
     assert sorted(pd.read_parquet(run / "results.parquet")["factor"]) == [1, 2, 4]
+
+
+# -- third round, 5: every command that loads a run folder goes through the same gate ---------------
+def test_every_command_that_takes_a_run_folder_never_imports_its_payload(tmp_path: Path) -> None:
+    """Before: ``positions`` and ``heads`` imported the plugin a folder's config names (``eval``
+    refused it)."""
+    marker = tmp_path / "payload-ran"
+    spec = payload_plugin(tmp_path, marker)
+    sweep = tmp_path / "sweep"
+    frame = execute(tiny_config(attn=spec), sweep / "runs", progress=False)
+    run_id = frame["run_id"].iloc[0]
+    (sweep / "data").mkdir()
+    shutil.copyfile(sweep / "runs" / run_id / "results.parquet", sweep / "data" / f"{run_id}.parquet")
+    run = sweep / "runs" / run_id
+    marker.unlink()
+    commands = {
+        "eval": ["eval", str(run), "--max-factor", "4"],
+        "positions": ["positions", str(run), "--samples", "2"],
+        "heads": ["heads", str(run), "--samples", "2"],
+        "verify": ["verify", str(sweep), "--report", str(tmp_path / "verify.json")],
+    }
+    for name, args in commands.items():
+        done = cli(*args)
+        assert not marker.exists(), (name, done.stderr)
+        said = done.stdout + done.stderr
+        assert done.returncode in (1, 2) and "--trust-plugins" in said, (name, done.stderr)
+    shutil.rmtree(sweep / "runs")  # a clone: data, no models; eval --restore would train it again
+    done = cli("eval", str(sweep), "--restore", "--quiet")
+    assert done.returncode == 2 and not marker.exists() and "--trust-plugins" in done.stderr, done.stderr
+
+
+def test_a_module_named_by_a_folder_is_not_imported_either(run_dir: Path) -> None:
+    """``attn: "this:Foo"`` printed the Zen of Python from ``positions`` and ``heads``."""
+    recorded = json.loads((run_dir / "config.json").read_text())
+    config = RunConfig.model_validate({**recorded, "attn": "this:Foo"})
+    text, run_id = config_text(config), run_key(config)  # the folder named as its run would name it
+    folder = run_dir.parent / run_id
+    run_dir.rename(folder)
+    (folder / "config.json").write_text(text)
+    (folder / "results.parquet").unlink()  # rows of the honest run: a folder of config and weights
+    for command in ("positions", "heads"):
+        done = cli(command, str(folder), "--samples", "2")
+        assert done.returncode == 2 and "Beautiful is better than ugly" not in done.stdout + done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert "'this:Foo' is named by a recorded config" in line and "--trust-plugins" in line
+
+
+def test_a_lock_file_that_is_a_link_is_not_followed(run_dir: Path, tmp_path: Path) -> None:
+    """Before: ``.lock`` linked to a path outside the folder made eval create that file."""
+    target = tmp_path / "elsewhere" / "created-by-the-lock"
+    target.parent.mkdir()
+    (run_dir / ".lock").unlink(missing_ok=True)  # the run's own lock, left by its training
+    (run_dir / ".lock").symlink_to(target)
+    result = evaluate(str(run_dir), "--max-factor", "4")
+    assert result.exit_code == 2 and not target.exists()
+    assert "error: " in result.stderr and ".lock" in result.stderr
+
+
+def test_a_config_behind_a_link_is_refused(run_dir: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "config-elsewhere.json"
+    (run_dir / "config.json").rename(elsewhere)
+    (run_dir / "config.json").symlink_to(elsewhere)
+    for args in (["eval", str(run_dir)], ["positions", str(run_dir), "--samples", "2"]):
+        one_line_exit_2(runner.invoke(app, args), "config.json is a symbolic link")
+
+
+def test_positions_takes_a_power_of_two(run_dir: Path) -> None:
+    result = runner.invoke(app, ["positions", str(run_dir), "--factor", "3", "--samples", "2"])
+    one_line_exit_2(result, "factor must be a power of two (1, 2, 4, …), got 3")
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a": ' * 50 + "1" + "}" * 50])
+def test_a_deeply_nested_config_is_one_line_and_a_sweep_skips_it(run_dir: Path, text: str) -> None:
+    (run_dir / "config.json").write_text(text)
+    one_line_exit_2(evaluate(str(run_dir)), "nests lists or tables deeper than 32 levels")
+    for command in ("positions", "heads"):
+        one_line_exit_2(runner.invoke(app, [command, str(run_dir), "--samples", "2"]), "deeper than 32")
+    sweep = run_dir.parent / "sweep"
+    (sweep / "runs").mkdir(parents=True)
+    run_dir.rename(sweep / "runs" / run_dir.name)
+    with pytest.warns(UserNotice, match="deeper than 32 levels"):
+        result = evaluate(str(sweep))
+    assert result.exit_code == 2 and "no trained runs" in result.output  # skipped, not a traceback
 
 
 # -- row 6: a row says what was evaluated ----------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hostile import forged, tiny_sweep  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen import provenance
@@ -17,18 +18,12 @@ from lengthgen.harness import verify
 from lengthgen.harness.results import write_parquet_atomic
 
 runner = CliRunner()
-TINY = ["--steps", "6", "--max-factor", "2", "--eval-samples", "8", "--set", "train.batch_size=8",
-        "--set", "train.val_samples=8", "--set", "train.val_every=3", "--set", "arch.d_model=32",
-        "--set", "arch.d_ff=64", "--quiet"]
 
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two runs of a sweep, one of them evaluated later past its max_factor (lengthgen eval)."""
-    out = tmp_path_factory.mktemp("verify") / "sweep"
-    made = runner.invoke(app, ["sweep", "--task", "flip_flop", "--attn", "softmax,entmax", "--out", str(out),
-                               *TINY])
-    assert made.exit_code == 0, made.output
+    out = tiny_sweep(tmp_path_factory.mktemp("verify") / "sweep")
     run = next((out / "runs").glob("flip_flop-softmax-*"))
     extended = runner.invoke(app, ["eval", str(run), "--max-factor", "4", "--quiet"])
     assert extended.exit_code == 0, extended.output
@@ -45,7 +40,7 @@ def copy_of(folder: Path, tmp_path: Path) -> Path:
 
 def test_published_rows_are_re_derived_bit_for_bit(published: Path, tmp_path: Path) -> None:
     folder = copy_of(published, tmp_path)
-    result = runner.invoke(app, ["verify", str(folder)])
+    result = runner.invoke(app, ["verify", str(folder), "--report", str(folder / "verify.json")])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if line.startswith(("✓", "✗"))]
     assert len(lines) == 2 and all(line.startswith("✓ flip_flop-") for line in lines)
@@ -63,12 +58,13 @@ def test_an_edited_row_is_caught_and_named(published: Path, tmp_path: Path) -> N
     path = next((folder / "data").glob("flip_flop-entmax-*.parquet"))
     rows = pd.read_parquet(path)
     honest = float(rows.loc[rows["factor"] == 2, "exact_match"].iloc[0])
-    rows.loc[rows["factor"] == 2, "exact_match"] = honest + 0.125
+    rows = forged(rows, rows["factor"] == 2)  # one more sample right, its interval to match
+    claimed = float(rows.loc[rows["factor"] == 2, "exact_match"].iloc[0])
     write_parquet_atomic(rows, path)
-    result = runner.invoke(app, ["verify", str(folder)])
+    result = runner.invoke(app, ["verify", str(folder), "--report", str(folder / "verify.json")])
     assert result.exit_code == 1, result.output
     bad = next(line for line in result.output.splitlines() if line.startswith("✗"))
-    assert f"2×: exact_match published {honest + 0.125!r}, re-derived {honest!r}" in bad
+    assert f"2×: exact_match published {claimed!r}, re-derived {honest!r}" in bad
     assert "the same code" in bad
     report = json.loads((folder / "verify.json").read_text(encoding="utf-8"))
     assert [v["ok"] for _, v in sorted(report["runs"].items())] == [False, True]

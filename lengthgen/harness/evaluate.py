@@ -8,7 +8,6 @@ collected on the same pass.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,22 +17,12 @@ import torch
 from lengthgen.attention.backend import AttentionStats
 from lengthgen.config import EvalConfig
 from lengthgen.harness.batches import ModelBatch, score
+from lengthgen.harness.schema import wilson_interval
 from lengthgen.model import Transformer
 from lengthgen.progress import Shown, display
 from lengthgen.tasks.base import Task
 
 TEST_SEED = 0
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """95% Wilson score interval for a binomial proportion (sane at 0 and n, unlike Wald)."""
-    if n == 0:
-        return float("nan"), float("nan")
-    p = successes / n
-    denom = 1.0 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, center - half), min(1.0, center + half)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from lengthgen.harness.evaluate import TEST_SEED, test_batches
 from lengthgen.harness.reevaluate import open_trained
 from lengthgen.kernels.problem import prepare, score_block
 from lengthgen.model import Transformer
+from lengthgen.registry import reading_data
 from lengthgen.tasks.base import Task
 
 #: The share of a row's weight the concentration measure counts keys up to.
@@ -227,6 +228,7 @@ def _batch_tokens(task: Task, length: int, model: Transformer) -> int:
     return max(1, WEIGHT_BUDGET // per_sample) * tokens
 
 
+@reading_data()  # names from the folder's config: data, as in open_trained
 def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto",
                 task_params: Mapping[str, Any] | None = None) -> HeadsReport:
     """Load the trained run in ``run_dir`` and profile its heads at L·``factor``."""

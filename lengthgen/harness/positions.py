@@ -20,6 +20,7 @@ import torch
 from lengthgen.harness.evaluate import TEST_SEED, test_batches
 from lengthgen.harness.reevaluate import open_trained
 from lengthgen.model import Transformer
+from lengthgen.registry import reading_data
 from lengthgen.tasks import get_task
 from lengthgen.tasks.base import Task
 
@@ -76,6 +77,7 @@ class RunProfile:
     accuracy: PositionAccuracy
 
 
+@reading_data()  # names from the folder's config: data, as in open_trained
 def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto",
                 task_params: Mapping[str, Any] | None = None) -> RunProfile:
     """Load the trained run in ``run_dir`` and score its answers position by position at L·``factor``."""

@@ -31,7 +31,14 @@ import pandas as pd
 import torch
 from pydantic import ValidationError
 
-from lengthgen.config import RunConfig, build_run_config, flag_overrides, parse_value, validation_message
+from lengthgen.config import (
+    RunConfig,
+    build_run_config,
+    flag_overrides,
+    parse_json,
+    parse_value,
+    validation_message,
+)
 from lengthgen.errors import UserError, UserNotice, exception_line
 from lengthgen.files import read_text
 from lengthgen.harness.evaluate import evaluate_length
@@ -40,7 +47,7 @@ from lengthgen.harness.results import read_results_file, recorded_run_ids, rows_
 from lengthgen.harness.run import length_row, plot_run, resolve_device
 from lengthgen.harness.store import ROW_KEY, current_rows, merge_rows, run_lock, save_rows
 from lengthgen.harness.tracking import EVAL_FIELDS, TrackerError, open_tracker
-from lengthgen.limits import check_sample_size
+from lengthgen.limits import MAX_TEXT_BYTES, check_power_of_two, check_sample_size
 from lengthgen.model import Transformer
 from lengthgen.registry import reading_data
 from lengthgen.tasks import get_task
@@ -72,7 +79,7 @@ def load_saved_run(run_dir: Path) -> SavedRun:
     """The run in ``run_dir``, checked to be what its name says (one-line ``UserError`` if not)."""
     path = run_dir / "config.json"
     try:
-        recorded = json.loads(read_text(path))
+        recorded = parse_json(read_text(path, links=False, limit=MAX_TEXT_BYTES), str(path))
         config = RunConfig.model_validate(recorded)
     except ValueError as exc:  # not JSON, or not a run config
         message = validation_message(exc, "") if isinstance(exc, ValidationError) else str(exc)
@@ -289,12 +296,16 @@ class TrainedModel:
     device: torch.device
 
 
+@reading_data()  # the task and backend names come from the folder's config: a plugin it names never runs
 def open_trained(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto",
                  task_params: Mapping[str, Any] | None = None) -> TrainedModel:
     """The trained run in ``run_dir`` with its task (or the variant ``task_params`` make of it) and
-    the length L·``factor``, after checking the arguments (one-line ``UserError``)."""
+    the length L·``factor``, after checking the arguments (one-line ``UserError``). Like ``eval``,
+    it imports no plugin file the folder's config names unless the user allows it
+    (``--trust-plugins``): ``positions`` and ``heads`` load folders through this one gate."""
     if factor < 1 or n_samples < 1:
         raise UserError(f"factor and samples must be at least 1 (got factor {factor}, samples {n_samples})")
+    check_power_of_two("factor", factor)
     if not (run_dir / "config.json").is_file():
         raise UserError(f"{run_dir} is not a run folder (it has no config.json): give one of a sweep's "
                         "runs/* folders or the folder `lengthgen run` wrote")

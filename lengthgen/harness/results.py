@@ -76,7 +76,11 @@ class CheckedFile:
 
 
 def check_results_file(path: Path) -> CheckedFile:
-    """Read one results file and check every row (``lengthgen.harness.schema``), warning nobody."""
+    """Read one results file and check every row (``lengthgen.harness.schema``), warning nobody. A
+    symbolic link is not followed: a result folder from someone else could point anywhere."""
+    if path.is_symlink():
+        return CheckedFile(None, f"skipped {path}: a symbolic link (lengthgen reads no file through a link; "
+                                 "copy the file instead)")
     try:
         frame = pd.read_parquet(path)
     except Exception as exc:  # truncated, empty, not Parquet, unreadable: pyarrow and OS errors

@@ -47,6 +47,26 @@ TEXTS: tuple[str, ...] = ("pos", "preset", "eval_variant", "device", "lengthgen_
 FLAGS: tuple[str, ...] = ("git_dirty",)
 
 
+def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial proportion (sane at 0 and n, unlike Wald)."""
+    if n == 0:
+        return float("nan"), float("nan")
+    p = successes / n
+    denom = 1.0 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+#: How far a recorded interval may be from the Wilson interval of its count (float rounding).
+INTERVAL_SLACK = 1e-9
+#: The longest text a column may hold (others: 1,000 characters); a run config is about 1 KB, so
+#: a longer one is no config, and a 5 MB text would only slow every page it reaches.
+LONGEST: dict[str, int] = {"config_json": 2**16, "error": 10_000}
+#: Names a row holds (what tables, figures and file names show): at most this long, one line.
+NAMES: tuple[str, ...] = ("task", "attn", "pos", "preset")
+
+
 class BadRow(ValueError):
     """Why one row is not usable (the message names the column and the value)."""
 
@@ -151,20 +171,55 @@ def _measurements(row: dict[str, Any]) -> None:
         for column, value in present.items():
             if _missing(value):
                 raise BadRow(f"an ok row has no {column}")
+    if factor is not None and (factor & (factor - 1) or factor > limits.MAX_LENGTH):
+        raise BadRow(f"factor {factor} is not a power of two up to {limits.MAX_LENGTH:,}")
+    for column, value in (("eval_length", length), ("train_length", train_length)):
+        if value is not None and value > limits.MAX_LENGTH:
+            raise BadRow(f"{column} {value} is over the limit of {limits.MAX_LENGTH:,}")
     if None not in (factor, length, train_length) and factor * train_length != length:  # type: ignore[operator]
         raise BadRow(f"factor {factor} is not eval_length / train_length ({length} / {train_length})")
-    _integer(row, "n_samples", 1)
+    n = _integer(row, "n_samples", 1)
+    if n is not None and n > limits.MAX_SAMPLES:
+        raise BadRow(f"n_samples {n} is over the limit of {limits.MAX_SAMPLES:,}")
     limits_of = {column: 1 + (SLACK if column == "attn_entropy" else 0) for column in FRACTIONS}
     for column, top in limits_of.items():
         value = _number(row, column)
         if value is not None and not 0 <= value <= top:
             raise BadRow(f"{column} {_show(row[column])} is not a fraction in [0, 1]")
+    _interval(row, n)
     for column in COUNTS:
-        _integer(row, column, 0)
+        value = _integer(row, column, 0)
+        if column in UPPER and value is not None and value > UPPER[column]:
+            raise BadRow(f"{column} {value} is over the limit of {UPPER[column]:,}")
     for column in AMOUNTS:
         value = _number(row, column)
         if value is not None and value < 0:
             raise BadRow(f"{column} {_show(row[column])} is negative")
+
+
+#: Counts the code acts on, with their largest value (``torch_threads``: verify starts that many).
+UPPER: dict[str, int] = {"torch_threads": limits.MAX_THREADS, "steps": limits.MAX_STEPS,
+                         "best_step": limits.MAX_STEPS, "params": limits.MAX_PARAMS}
+
+
+def _interval(row: dict[str, Any], n: int | None) -> None:
+    """``exact_match_lo ≤ exact_match ≤ exact_match_hi``, and with the sample count: the mean is a
+    count of ``n`` samples and the interval its Wilson interval (an edited mean or interval is
+    refused, not published as ``100.0 [24.8, 55.1]``)."""
+    mean, lo, hi = (_number(row, c) for c in ("exact_match", "exact_match_lo", "exact_match_hi"))
+    if mean is None or lo is None or hi is None:
+        return
+    if not lo - INTERVAL_SLACK <= mean <= hi + INTERVAL_SLACK:  # a Wilson bound of 1 is 1 - 1e-16
+        raise BadRow(f"exact_match {mean!r} lies outside its interval [{lo!r}, {hi!r}]")
+    if n is None:
+        return
+    hits = round(mean * n)
+    if abs(mean * n - hits) > 1e-6 * n:
+        raise BadRow(f"exact_match {mean!r} is no count of its {n} samples")
+    want = wilson_interval(hits, n)
+    if abs(lo - want[0]) > INTERVAL_SLACK or abs(hi - want[1]) > INTERVAL_SLACK:
+        raise BadRow(f"exact_match_lo, exact_match_hi [{lo!r}, {hi!r}] are not the Wilson interval of "
+                     f"{hits} of {n} samples ({want[0]!r}, {want[1]!r})")
 
 
 def _labels(row: dict[str, Any]) -> None:
@@ -172,8 +227,15 @@ def _labels(row: dict[str, Any]) -> None:
     for column in ("run_id", "task", "attn"):
         _text(row, column, required=True)
     _choice(row, "status", STATUSES, True)
-    for column in TEXTS:
-        _text(row, column)
+    for column in (*TEXTS, "config_json"):
+        value = _text(row, column)
+        if value is not None and len(value) > LONGEST.get(column, 1000):
+            raise BadRow(f"{column} is {len(value):,} characters long, over the limit of "
+                         f"{LONGEST.get(column, 1000):,}")
+    for column, longest in ((*((c, limits.MAX_NAME) for c in NAMES), ("eval_variant", 1000))):
+        value = _text(row, column)
+        if value is not None and not limits.is_line(value, longest):
+            raise BadRow(f"{column} {_show(value)} is not a name (one line of at most {longest} characters)")
     _choice(row, "selection", SELECTIONS, False)
     for column in FLAGS:
         value = row.get(column)

@@ -37,7 +37,8 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         yield
         return
     run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+    # not through a link: a run folder from someone else could point .lock at any file of yours
+    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -18,13 +18,22 @@ user allows it (``--trust-plugins``): the folder may come from someone else. Whe
 report names what else differs between the code that made them and this one (commit, local
 changes, numerics version). Rows of evaluation variants (``lengthgen eval --param/--attn``) are
 not re-derived.
+
+A run is checked all or nothing: one with any row the reader refuses (a mean outside its interval,
+an odd factor, a million threads) is ✗ with the reason, and a run that fails to re-derive is ✗
+while the others go on. The report goes where the user says (``--report``), is merged and saved
+after every run, and records per run the rows it re-derived (count, factors and
+:func:`rows_digest`) and the data it read, so that a page can tell whether the rows it shows are
+still the rows that were checked (``leaderboard/verified.py``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
+import os
 import random
 import tempfile
 from collections.abc import Callable
@@ -36,10 +45,10 @@ import pandas as pd
 import torch
 from pydantic import ValidationError
 
-from lengthgen import provenance
-from lengthgen.config import RunConfig
-from lengthgen.errors import UserError
-from lengthgen.files import atomic_write
+from lengthgen import limits, provenance
+from lengthgen.config import RunConfig, parse_json
+from lengthgen.errors import UserError, exception_line
+from lengthgen.files import atomic_write, read_text
 from lengthgen.harness.identity import run_key
 from lengthgen.harness.results import check_results_file, load_results, results_files, results_source
 from lengthgen.progress import Shown
@@ -57,8 +66,11 @@ METRICS: tuple[str, ...] = (
 TOLERANCE = 1e-4
 #: Library versions that decide whether metrics must agree bit for bit.
 LIBRARIES: tuple[str, ...] = ("torch_version", "numpy_version", "numba_version")
-#: The report ``lengthgen verify`` leaves next to the data (the leaderboard page cites it).
+#: The name of a verify report; the board cites the one beside its data (``leaderboard/verify.json``).
 REPORT = "verify.json"
+#: The report's format: 2 records per run the rows it re-derived (count, factors, digest) and the
+#: data's commit, so that a page can tell whether the rows it shows are the rows that were checked.
+FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -67,11 +79,47 @@ class RunCheck:
     ok: bool
     detail: str = ""  # the first difference, or what could not be checked
     warning: str = ""  # library versions differ, so metrics were compared within the tolerance
+    rows: int = 0  # the published rows compared (the run's evaluated rows of its training task)
+    factors: tuple[int, ...] = ()
+    digest: str = ""  # rows_digest of exactly those rows
 
     def line(self) -> str:
         mark = "✓" if self.ok else "✗"
         text = f"{mark} {self.run_id}" + (f": {self.detail}" if self.detail else "")
         return text + (f" (warning: {self.warning})" if self.warning else "")
+
+
+def comparable(value: Any) -> Any:
+    """A cell as the digest (and a comparison of two copies of a run) sees it: missing → None,
+    integral numbers as ints (a column read as float because another file has a gap holds the
+    same value), other numbers as floats."""
+    value = _plain(value)
+    if _missing(value):
+        return None
+    if isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, float)):
+        number = float(value)
+        return int(number) if number.is_integer() else number
+    return str(value)
+
+
+def rows_digest(rows: pd.DataFrame) -> str:
+    """A digest of a run's published rows as ``verify`` compares them (identity, counts and
+    metrics, by factor): what a report records, so that a board calls a run re-derived only while
+    its rows are these."""
+    ordered = rows.sort_values("factor", kind="mergesort")
+    table = [[comparable(row[c]) for c in (*IDENTITY, *METRICS)] for _, row in ordered.iterrows()]
+    text = json.dumps(table, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def evaluated_rows(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per run, its ok rows of the training task (what ``verify`` re-derives), by factor."""
+    variant = rows["eval_variant"].fillna("").astype(str)
+    ok = rows[(rows["status"] == "ok") & (variant == "") & rows["factor"].notna()]
+    return {str(run): group.sort_values("factor").reset_index(drop=True)
+            for run, group in ok.groupby("run_id", sort=True)}
 
 
 def published_runs(path: str | Path) -> dict[str, pd.DataFrame]:
@@ -80,12 +128,22 @@ def published_runs(path: str | Path) -> dict[str, pd.DataFrame]:
     if not root.exists():
         raise UserError(f"no results under {str(path)!r}: no such file or folder")
     rows = load_results(root / "results.parquet" if (root / "results.parquet").is_file() else root)
-    variant = rows["eval_variant"].fillna("").astype(str)
-    ok = rows[(rows["status"] == "ok") & (variant == "") & rows["factor"].notna()]
-    if ok.empty:
+    runs = evaluated_rows(rows)
+    if not runs:
         raise UserError(f"no evaluated runs under {str(path)!r} to verify")
-    return {str(run): group.sort_values("factor").reset_index(drop=True)
-            for run, group in ok.groupby("run_id", sort=True)}
+    return runs
+
+
+def runs_to_verify(path: str | Path) -> tuple[dict[str, pd.DataFrame], dict[str, str]]:
+    """The evaluated rows per run (``published_runs``) and the runs with rows the reader refuses,
+    with the first reason (``unusable_runs``); a UserError when there is neither."""
+    unusable = unusable_runs(path)
+    try:
+        return published_runs(path), unusable
+    except UserError:
+        if not unusable:
+            raise
+        return {}, unusable
 
 
 def unusable_runs(path: str | Path) -> dict[str, str]:
@@ -226,15 +284,22 @@ def compare(published: pd.DataFrame, new: pd.DataFrame) -> tuple[str | None, str
 
 
 def check_run(run_id: str, published: pd.DataFrame, work: Path, device: str) -> RunCheck:
+    """Re-derive one run and compare; whatever goes wrong (an unusable config, a plugin, an error
+    while training) is this run's ✗, never the end of the other runs' checks."""
+    rows = {"rows": len(published), "factors": tuple(int(f) for f in published["factor"]),
+            "digest": rows_digest(published)}
     config, problem = recorded_config(published)
     problem = problem or (plugin_problem(config) if config is not None else "")
     if config is None or problem:
-        return RunCheck(run_id, False, problem)
-    new = rederive(config, [int(f) for f in published["factor"]], work, device, recorded_threads(published))
+        return RunCheck(run_id, False, problem, **rows)
+    try:
+        new = rederive(config, list(rows["factors"]), work, device, recorded_threads(published))
+    except (Exception, SystemExit) as exc:  # SystemExit: a plugin's exit
+        return RunCheck(run_id, False, f"could not be re-derived: {exception_line(exc)}", **rows)
     difference, warning = compare(published, new)
     if difference is None:
-        return RunCheck(run_id, True, f"{len(published)} rows", warning)
-    return RunCheck(run_id, False, difference, warning)
+        return RunCheck(run_id, True, f"{len(published)} rows", warning, **rows)
+    return RunCheck(run_id, False, difference, warning, **rows)
 
 
 def choose(run_ids: list[str], sample: int | None, seed: int) -> list[str]:
@@ -247,50 +312,82 @@ def choose(run_ids: list[str], sample: int | None, seed: int) -> list[str]:
 
 
 def verify(path: str | Path, *, sample: int | None = None, seed: int = 0, device: str = "cpu",
-           echo: Callable[[str], None] = print) -> list[RunCheck]:
-    """Re-derive the chosen runs under ``path`` and compare; one line per run through ``echo``."""
-    runs = published_runs(path)
+           echo: Callable[[str], None] = print, report: str | Path | None = None) -> list[RunCheck]:
+    """Re-derive the chosen runs under ``path`` and compare; one line per run through ``echo``.
+
+    A run is all or nothing: one with any row the reader refuses is ✗ with the reason (its other
+    rows are not checked alone), and one that fails to re-derive is ✗ while the others go on. With
+    ``report``, each check is merged into that report as soon as it is made, so a crash or Ctrl-C
+    keeps the checks done."""
+    runs, unusable = runs_to_verify(path)
+    data = {"commit": provenance.data_commit(results_source(path)),
+            "runs": {**{run: 0 for run in unusable}, **{run: len(rows) for run, rows in runs.items()}}}
     checks = []
-    for run_id, reason in sorted(unusable_runs(path).items()):  # rows the reader cannot use
-        if run_id not in runs:
-            checks.append(RunCheck(run_id, False, f"published rows unusable: {reason}"))
-            echo(checks[-1].line())
+
+    def record(check: RunCheck) -> None:
+        echo(check.line())
+        checks.append(check)
+        if report is not None:
+            write_report(report, [check], data)
+
+    for run_id, reason in sorted(unusable.items()):  # rows the reader cannot use: never ✓
+        published = runs.pop(run_id, None)
+        counted = {} if published is None else {"rows": len(published), "digest": rows_digest(published),
+                                                "factors": tuple(int(f) for f in published["factor"])}
+        record(RunCheck(run_id, False, f"published rows unusable: {reason}", **counted))
     with tempfile.TemporaryDirectory(prefix="lengthgen-verify-") as scratch:
         for run_id in choose(list(runs), sample, seed):
-            check = check_run(run_id, runs[run_id], Path(scratch), device)
-            echo(check.line())
-            checks.append(check)
+            record(check_run(run_id, runs[run_id], Path(scratch), device))
     return checks
 
 
 def report_path(path: str | Path) -> Path:
-    """Where a folder's verify report lives: beside its ``data/`` (or in the run folder)."""
+    """Where a board's own verify report lives: beside its ``data/`` (``leaderboard/verify.json``)."""
     root = Path(path)
     return (root if root.is_dir() else root.parent) / REPORT
 
 
-def write_report(path: str | Path, checks: list[RunCheck], total: int) -> Path:
-    """Merge these checks into the folder's report: per run, the latest result, date and code."""
-    target = report_path(path)
-    try:
-        report = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else {}
-    except (OSError, ValueError):
-        report = {}
-    runs = report.get("runs", {}) if isinstance(report.get("runs"), dict) else {}
+def write_report(target: str | Path, checks: list[RunCheck], data: dict[str, Any]) -> Path:
+    """Merge these checks into the report at ``target``: per run, the latest result, its date and
+    code, and the rows it covered (count, factors, digest) with the data's commit; ``data`` is the
+    data the invocation read (``commit``, and ``runs``: each run's evaluated rows), from which a page
+    counts the runs added or extended since."""
+    report = check_report(target)
+    runs = dict((report or {}).get("runs", {}))
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
     commit = provenance.software()["git_commit"] or "unknown"
     for check in checks:
         runs[check.run_id] = {"ok": check.ok, "date": when, "commit": commit[:10], "detail": check.detail,
-                              "warning": check.warning}
-    text = json.dumps({"total_runs": total, "runs": dict(sorted(runs.items()))}, indent=1, sort_keys=True)
-    return atomic_write(target, text + "\n")
+                              "warning": check.warning, "rows": check.rows, "factors": list(check.factors),
+                              "digest": check.digest, "data_commit": data["commit"]}
+    body = {"format": FORMAT, "total_runs": len(data["runs"]), "data": {**data, "runs": dict(sorted(
+        data["runs"].items()))}, "runs": dict(sorted(runs.items()))}
+    return atomic_write(target, json.dumps(body, indent=1, sort_keys=True) + "\n")
+
+
+def check_report(target: str | Path) -> dict[str, Any] | None:
+    """The report already at ``target`` (None: no file there); a one-line UserError when some other
+    file is there (``--report README.md`` must not overwrite the README), checked before any run."""
+    report = _load_report(Path(target))
+    if report is None and os.path.lexists(target):
+        raise UserError(f"--report {target} is a file that is not a verify report; lengthgen does not "
+                        "overwrite it: name another file")
+    return report
+
+
+def _load_report(target: Path) -> dict[str, Any] | None:
+    """The report at ``target``, or None when it is missing or not a report (a link, too large, not
+    JSON, nested too deep: a report in a submitted folder is data someone else wrote)."""
+    try:
+        report = parse_json(read_text(target, links=False, limit=limits.MAX_TEXT_BYTES), str(target))
+    except (OSError, ValueError, UserError):
+        return None
+    if not isinstance(report, dict) or not isinstance(report.get("runs"), dict):
+        return None
+    runs = {str(k): v for k, v in report["runs"].items() if isinstance(v, dict)}
+    return {**report, "runs": runs}
 
 
 def read_report(path: str | Path) -> dict[str, Any] | None:
-    """A folder's verify report, or None (missing or unreadable)."""
-    target = report_path(path)
-    try:
-        report = json.loads(target.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return report if isinstance(report, dict) and isinstance(report.get("runs"), dict) else None
+    """A board's own verify report (beside its data), or None (missing or unreadable)."""
+    return _load_report(report_path(path))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lengthgen import limits
 from lengthgen.errors import UserError
 from lengthgen.files import read_text
 from lengthgen.leaderboard.rows import load_rows
@@ -45,7 +46,7 @@ class Ablation:
 
 
 def _about(path: Path) -> tuple[str, tuple[str, ...]]:
-    text = read_text(path).strip()
+    text = read_text(path, links=False, limit=limits.MAX_TEXT_BYTES).strip()
     head, _, body = text.partition("\n")
     if not head.startswith("# "):
         raise UserError(f"{path} must start with a '# title' line")
@@ -60,6 +61,8 @@ def load_ablations(folder: str | os.PathLike[str]) -> list[Ablation]:
         raise UserError(f"--ablations {str(folder)!r} is not a folder")
     found = []
     for sub in sorted(p for p in root.iterdir() if (p / ABOUT).is_file()):
+        if sub.is_symlink():  # the board publishes what lies in the folder, not what a link leads to
+            raise UserError(f"ablation {str(sub)!r} is a symbolic link: move the folder there instead")
         title, paragraphs = _about(sub / ABOUT)
         rows = load_rows(sub)
         if rows.empty:

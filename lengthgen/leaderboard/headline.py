@@ -17,7 +17,7 @@ import pandas as pd
 
 from lengthgen.leaderboard.paper import backend_rank
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, is_missing
-from lengthgen.leaderboard.tables import effective_label, pct
+from lengthgen.leaderboard.tables import effective_label, md_text, pct
 from lengthgen.leaderboard.views import seed_lengths
 
 __all__ = ["HEADLINE_CAPTION", "Standing", "headline_html", "headline_markdown", "standings", "verdicts"]
@@ -209,7 +209,7 @@ def headline_html(summary: pd.DataFrame) -> str:
 def headline_markdown(summary: pd.DataFrame) -> str:
     """The matrix for the README: the same cells, with the seeds and the paper in one line."""
     tasks, methods, cells = _matrix(summary)
-    lines = ["| backend | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    lines = ["| backend | " + " | ".join(md_text(t) for t in tasks) + " |", "|---|" + "---|" * len(tasks)]
     for method in methods:
         row = []
         for task in tasks:
@@ -218,6 +218,7 @@ def headline_markdown(summary: pd.DataFrame) -> str:
                 row.append("·")
                 continue
             main, seeds, paper = _cell_text(s)
-            row.append(f"**{main}** ({seeds}" + (f"; {paper}" if paper else "") + ")")
-        lines.append(f"| {method} | " + " | ".join(row) + " |")
+            extra = f"; {md_text(paper)}" if paper else ""
+            row.append(f"**{md_text(main)}** ({md_text(seeds)}{extra})")
+        lines.append(f"| {md_text(method)} | " + " | ".join(row) + " |")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ the numbers come from, so a table copied into a paper carries it.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import pandas as pd
 
@@ -19,12 +20,36 @@ from lengthgen.leaderboard.tables import effective_label, factor_label, pct
 
 _SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
             "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
-            "×": r"$\times$", "≥": r"$\geq$", "—": "---", "–": "--"}
+            "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
+            "×": r"$\times$", "≥": r"$\geq$", "≤": r"$\leq$", "—": "---", "–": "--", "−": "-",
+            "·": r"$\cdot$", "…": r"\ldots{}", "→": r"$\to$", "±": r"$\pm$", "“": "``", "”": "''", "‘": "`",
+            "’": "'"}
+#: Greek letters as pdflatex typesets them without packages (``α-entmax`` is a backend's name).
+_GREEK = {chr(0x3B1 + i): rf"$\{name}$" for i, name in enumerate(
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi o pi rho varsigma sigma tau "
+    "upsilon phi chi psi omega".split())}
+_GREEK |= {"ο": "o", "ς": r"$\varsigma$", "Γ": r"$\Gamma$", "Δ": r"$\Delta$", "Θ": r"$\Theta$",
+           "Λ": r"$\Lambda$", "Ξ": r"$\Xi$", "Π": r"$\Pi$", "Σ": r"$\Sigma$", "Υ": r"$\Upsilon$",
+           "Φ": r"$\Phi$", "Ψ": r"$\Psi$", "Ω": r"$\Omega$"}
+
+
+def _non_ascii(char: str) -> str:
+    """A character pdflatex cannot take as it is: a Greek letter in math, else its ASCII letters
+    (é → e), else its code point as text (an emoji → ``[U+1F600]``); control characters → a space."""
+    if char in _GREEK:
+        return _GREEK[char]
+    if unicodedata.category(char).startswith("C"):
+        return " "
+    folded = unicodedata.normalize("NFKD", char).encode("ascii", "ignore").decode()
+    return latex_escape(folded) if folded else f"[U+{ord(char):04X}]"
 
 
 def latex_escape(text: str) -> str:
-    """Text as LaTeX typesets it literally (the caption; ``Styler`` escapes the cells itself)."""
-    return re.sub("|".join(re.escape(k) for k in _SPECIAL), lambda m: _SPECIAL[m.group(0)], text)
+    """Text as pdflatex typesets it literally, in ASCII (the caption and every cell; names from data
+    included: markup is escaped, Greek typeset, other characters transliterated)."""
+    special = "|".join(re.escape(k) for k in _SPECIAL)
+    return re.sub(f"{special}|[^\x20-\x7e]", lambda m: _SPECIAL.get(m.group(0)) or _non_ascii(m.group(0)),
+                  text)
 
 
 #: Factor columns per block: a task evaluated at more lengths is set as blocks of columns stacked

@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
 from lengthgen.files import atomic_write  # noqa: E402
+from lengthgen.harness.plots import plain_text  # noqa: E402
 from lengthgen.leaderboard.paper import PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank  # noqa: E402
 from lengthgen.leaderboard.rows import ok_rows, prepared  # noqa: E402
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD as EFFECTIVE_LINE  # noqa: E402
@@ -130,7 +131,7 @@ def _shown(frame: pd.DataFrame, summary: pd.DataFrame, task: str) -> list[tuple[
     for method, pos, recipe, setting, selection in keys.itertuples(index=False):
         several = str(selection).startswith("n/a")
         label = f"{method} ({pos})" + (f" [{setting}]" if several else "")
-        out.append((method, pos, recipe, legend_label(label)))
+        out.append((method, pos, recipe, legend_label(plain_text(label))))  # names from data: never math
     return out
 
 
@@ -187,7 +188,7 @@ def plot_exact_match(rows: pd.DataFrame, task: str, path: Target, summary: pd.Da
     ax.set_ylabel("exact match (%)")
     ax.set_ylim(-2, 102)
     ax.grid(True, alpha=0.3)
-    ax.set_title(f"{task}: exact match vs length")
+    ax.set_title(plain_text(f"{task}: exact match vs length"))
     handles, _ = ax.get_legend_handles_labels()
     fig.legend(handles=[*handles, *_seed_key()], loc="outside right upper", fontsize=8, frameon=False)
     return _finish(fig, path, fmt)
@@ -215,8 +216,8 @@ def plot_dispersion(rows: pd.DataFrame, task: str, path: Target, summary: pd.Dat
     ax_e.set_ylim(-0.02, 1.02)
     ax_s.set_ylabel("support size (keys with weight > 0)")
     ax_s.set_yscale("log", base=2)
-    ax_e.set_title(f"{task}: attention entropy")
-    ax_s.set_title(f"{task}: attention support")
+    ax_e.set_title(plain_text(f"{task}: attention entropy"))
+    ax_s.set_title(plain_text(f"{task}: attention support"))
     handles, _ = ax_e.get_legend_handles_labels()
     fig.legend(handles=[*handles, *_seed_key()], loc="outside right upper", fontsize=8, frameon=False)
     return _finish(fig, path, fmt)
@@ -257,7 +258,7 @@ def plot_overview(rows: pd.DataFrame, path: Target, summary: pd.DataFrame | None
         ax.tick_params(axis="x", labelsize=6, labelrotation=60)
         ax.set_ylim(-2, 102)
         ax.grid(True, alpha=0.3)
-        ax.set_title(task, fontsize=10)
+        ax.set_title(plain_text(task), fontsize=10)
     axes[0][0].set_ylabel("exact match (%)")
     ordered = sorted(labels.items(), key=lambda kv: backend_rank(kv[0].split(" ")[0]))
     fig.legend(handles=[h for _, h in ordered], loc="outside right upper", fontsize=8, frameon=False)
@@ -300,7 +301,8 @@ def plot_budget(study: list[Any], path: Target, fmt: str | None = None) -> Any:
                 ax.plot(x, [100 * stable_mean(p.values(factor)) for p in mine], color=styles.color[attn],
                         marker=styles.marker[attn], markerfacecolor="white" if hollow else styles.color[attn],
                         linewidth=2.0, linestyle=(0, (4, 2)) if hollow else "-",
-                        label=legend_label(f"{attn}" + (f" (width {width})" if len(widths) > 1 else "")))
+                        label=legend_label(plain_text(f"{attn}" + (f" (width {width})" if len(widths) > 1
+                                                                   else ""))))
             fitted = trend(study, attn, widths[0], factor)
             if factor == LONG_FACTORS[-1] and fitted.predicted and fitted.slope:
                 xs = [min(p.sequences for p in study), float(PAPER_SEQUENCES)]
@@ -310,7 +312,7 @@ def plot_budget(study: list[Any], path: Target, fmt: str | None = None) -> Any:
         for attn, scores in PAPER_POINT.items():
             if any(p.attn == attn for p in study):
                 ax.scatter([float(PAPER_SEQUENCES)], [100 * scores[factor]], marker="x", s=60,
-                           color=styles.color[attn], label=f"paper: {attn}", zorder=3)
+                           color=styles.color[attn], label=plain_text(f"paper: {attn}"), zorder=3)
         ax.set_xscale("log")
         ax.set_ylim(-2, 102)
         ax.grid(True, alpha=0.3)
@@ -342,7 +344,8 @@ def plot_near_miss_error(study: list[Any], path: Target, fmt: str | None = None)
                     color=styles.color[attn], marker=styles.marker[attn],
                     markerfacecolor="white" if hollow else styles.color[attn], linewidth=2.0,
                     linestyle=(0, (4, 2)) if hollow else "-",
-                    label=legend_label(f"{attn}" + (f" (width {width})" if len(widths) > 1 else "")))
+                    label=legend_label(plain_text(f"{attn}" + (f" (width {width})" if len(widths) > 1
+                                                               else ""))))
     ax.axhline(100 * ALLOWED_ERROR, color="0.4", linestyle=(0, (1, 2)), linewidth=1.0,
                label=f"{100 * ALLOWED_ERROR:.3f}%: 95% at 1024×")
     ax.set_xscale("log")

@@ -20,6 +20,7 @@ from lengthgen.leaderboard.ablations import Ablation
 from lengthgen.leaderboard.page import code_spans
 from lengthgen.leaderboard.safe import slug
 from lengthgen.leaderboard.stats import LEARNED_THRESHOLD
+from lengthgen.leaderboard.tables import md_prose, md_text
 
 HEADING = "Cells where not every seed learned"
 INTRO = (f"A seed learned when its 1× test exact match is ≥ {LEARNED_THRESHOLD * 100:.0f}%. For each chosen "
@@ -80,12 +81,13 @@ def reason_markdown(cells: Sequence[UnlearnedCell], ablations: Sequence[Ablation
         return []
     lines = [f"### {HEADING}", "", INTRO, ""]
     for cell in cells:
-        head = f"- **{cell.task} · {cell.method} · {cell.pos}**: {cell.learned}/{cell.runs} learned; "
+        name = md_text(f"{cell.task} · {cell.method} · {cell.pos}")
+        head = f"- **{name}**: {cell.learned}/{cell.runs} learned; "
         if cell.reason is None:
             lines.append(head + NO_REASON)
         else:
-            title = _ablation_title(cell.reason.ablation, ablations)
-            lines.append(head + f"{cell.reason.text} (ablation: *{title}*, below)")
+            title = md_text(_ablation_title(cell.reason.ablation, ablations))
+            lines.append(head + f"{md_prose(cell.reason.text)} (ablation: *{title}*, below)")
     return [*lines, ""]
 
 

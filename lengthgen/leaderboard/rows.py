@@ -77,7 +77,8 @@ def runs(frame: pd.DataFrame) -> pd.DataFrame:
 
     ``evaluated``: the run has at least one ok evaluation row; ``failed``: some row is not ok;
     ``exact_1x``: its 1× test exact match; ``val_id`` / ``val_8x``: the selected checkpoint's
-    validation scores (None where the rows predate those columns or training died first).
+    validation scores (None where the rows predate those columns or training died first);
+    ``source``: the submission's label, "" for the board's own runs.
     """
     out = []
     for run_id, group in frame.groupby("run_id", sort=True):
@@ -91,9 +92,10 @@ def runs(frame: pd.DataFrame) -> pd.DataFrame:
             "evaluated": not ok.empty, "failed": bool((group["status"] != "ok").any()),
             "exact_1x": None if at_1x.empty else float(at_1x["exact_match"].iloc[0]),
             "val_id": first_present(group["val_exact_id"]), "val_8x": first_present(group["val_exact_8x"]),
+            "source": str(first["source"]) if "source" in group and isinstance(first["source"], str) else "",
         })
     columns = ["run_id", "task", "attn", "pos", "seed", "setting", "preset", "config_json", "created_at",
-               "evaluated", "failed", "exact_1x", "val_id", "val_8x"]
+               "evaluated", "failed", "exact_1x", "val_id", "val_8x", "source"]
     table = pd.DataFrame(out, columns=columns)
     return table.sort_values(["task", "attn", "pos", "setting", "seed", "run_id"], kind="mergesort",
                              na_position="last").reset_index(drop=True)

@@ -234,7 +234,8 @@ def summarize(rows: pd.DataFrame, screening: ScreeningProgress | None = None) ->
         run_table = runs(frame)
         for key, selection in sorted(select_settings(run_table, screening).items()):
             out.extend(_measured(frame, run_table, key, selection))
-        for (task, attn), pick in sorted(paper_protocol(run_table).items()):
+        own = run_table[run_table["source"] == ""]  # the paper-protocol rows are ours: never a submission's
+        for (task, attn), pick in sorted(paper_protocol(own).items()):
             out.extend(_protocol(frame, run_table, task, attn, pick))
     for task in sorted({r["task"] for r in out}):
         out.extend(_paper(task))

@@ -6,6 +6,7 @@ same cells, and the page sorts every table the same way.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,23 +88,52 @@ def effective_sort(factor: Any, capped: Any) -> float:
 
 
 # -- Markdown -------------------------------------------------------------------------------------
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+#: What a code host would read as markup in text from data: HTML (``<``, an entity), emphasis and
+#: strikethrough, code spans, math (``$``), a table's pipe, an inline link or image (``](``), and
+#: an ``_`` that can open or close emphasis (not one inside a word: ``max_retrieval`` stays as it is).
+_MARKUP = re.compile(r"[\\`*~$|<]|&(?=#?\w+;)|\](?=\()|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_ENTITIES = {"<": "&lt;", "&": "&amp;"}
+#: Control characters and line breaks: a line break in a table cell ends the row, one in a list item
+#: can start a heading.
+_BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+
+
+def md_text(text: str, *, brackets: bool = False) -> str:
+    """Text shown literally in Markdown (a table cell, a heading), as the page shows it: one line,
+    markup escaped; ``brackets`` also escapes ``[`` and ``]`` (a heading, an image's alt text)."""
+    flat = _BREAKS.sub(" ", text)
+    out = _MARKUP.sub(lambda m: _ENTITIES.get(m.group(0)[0], "\\" + m.group(0)), flat)
+    return re.sub(r"[\[\]]", lambda m: "\\" + m.group(0), out) if brackets else out
+
+
+def md_prose(text: str) -> str:
+    """Prose in Markdown as the page renders it (``page.code_spans`` and bold): `code` spans and
+    **bold** kept, everything else literal (:func:`md_text`)."""
+    parts = re.split(r"(`[^`\n]+`)", _BREAKS.sub(" ", text))
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:  # a code span: literal in Markdown already
+            out.append(part)
+            continue
+        pieces = re.split(r"\*\*([^*]+)\*\*", part)
+        out.append("".join(f"**{md_text(p)}**" if j % 2 else md_text(p) for j, p in enumerate(pieces)))
+    return "".join(out)
 
 
 def markdown(table: Table) -> str:
-    """A GitHub-flavoured Markdown table; pinned rows in italics after the others."""
-    header = [h.text for h in table.headers]
+    """A GitHub-flavoured Markdown table; pinned rows in italics after the others. Every cell is
+    text (:func:`md_text`): names from data never become markup or break a row."""
+    header = [md_text(h.text) for h in table.headers]
     align = ["---:" if h.numeric else "---" for h in table.headers]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     for row in (*table.rows, *table.pinned):
         texts: list[str] = []
         for cell in row.cells:
-            texts.append(cell.plain)
+            texts.append(md_text(cell.plain))
             texts.extend([""] * (cell.span - 1))
         if row.kind != "measured":
             texts = [f"*{t}*" if t and i == 0 else t for i, t in enumerate(texts)]
-        lines.append("| " + " | ".join(_md_escape(t) for t in texts) + " |")
+        lines.append("| " + " | ".join(texts) + " |")
     return "\n".join(lines)
 
 

@@ -369,8 +369,10 @@ def _samples(ok: pd.DataFrame) -> str:
 
 
 def ours(rows: pd.DataFrame, task: str) -> dict[str, str]:
-    """Our protocol for one task, in the fields of ``PAPER_PROTOCOL`` (every value seen, joined)."""
-    part = rows[rows["task"] == task]
+    """Our protocol for one task, in the fields of ``PAPER_PROTOCOL`` (every value seen, joined),
+    from this board's own rows only (a submission's rows are never ours)."""
+    own = rows["source"].fillna("").astype(str) == "" if "source" in rows else True
+    part = rows[(rows["task"] == task) & own]
     configs = [config_dict(c) for c in sorted(set(part["config_json"].dropna()))]
     ok = part[part["status"] == "ok"].dropna(subset=["factor"])
     rules = _joined(c["train"]["selection"] for c in configs)

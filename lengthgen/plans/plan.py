@@ -23,25 +23,61 @@ from __future__ import annotations
 
 import json
 import math
-import sys
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from lengthgen import limits
-from lengthgen.config import RunConfig, validation_message
+from lengthgen.config import RunConfig, parse_toml, validation_message
 from lengthgen.errors import UserError
-from lengthgen.plans.numerics import NAME
+from lengthgen.files import read_text
+from lengthgen.plans.numerics import check_pins
 from lengthgen.sweeps import SweepSpec, data_path, resume_step, run_key, run_path, run_state
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+#: What a plan may call a sweep, task, backend, position scheme, preset or ablation folder: a plain
+#: name, never a path or a plugin spec (``file.py:Class`` would run code named by a plan that
+#: someone downloaded to rebuild a board; installed plugins are found by their names).
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
+def _plain_name(value: str) -> str:
+    if not NAME.fullmatch(value):
+        shown = repr(value) if len(value) <= 70 else repr(value[:70]) + "…"
+        raise ValueError(f"{shown} is not a plain name (letters, digits, _ . -, at most 64; a plan names "
+                         "built-in or installed tasks and backends, never a file.py:Class spec)")
+    return value
+
+
+def _text(limit: int) -> AfterValidator:
+    """One line of text of at most ``limit`` characters, without control characters."""
+
+    def check(value: str) -> str:
+        if len(value) > limit:
+            raise ValueError(f"is {len(value):,} characters long, over the limit of {limit:,}")
+        if not limits.is_line(value, limit):
+            raise ValueError("holds a control character (a line break, a tab, …): write one line of text")
+        return value
+
+    return AfterValidator(check)
+
+
+Name = Annotated[str, AfterValidator(_plain_name)]
+Seed = Annotated[StrictInt, Field(ge=0, le=limits.MAX_SEED)]
+Seeds = Annotated[tuple[Seed, ...], Field(min_length=1, max_length=limits.MAX_SEEDS)]
 
 
 class _Frozen(BaseModel):
@@ -51,19 +87,27 @@ class _Frozen(BaseModel):
 class Screen(_Frozen):
     """How a grid is screened before the remaining seeds run at the chosen point."""
 
-    seeds: tuple[int, ...] | None = Field(None, description="screening seeds (default: the first seed)")
-    max_factor: int | None = Field(None, ge=1, description="test screening runs only up to this factor")
+    seeds: Seeds | None = Field(None, description="screening seeds (default: the first seed)")
+    max_factor: StrictInt | None = Field(None, ge=1, le=limits.MAX_LENGTH,
+                                         description="test screening runs only up to this factor")
+
+    @field_validator("max_factor")
+    @classmethod
+    def _power_of_two(cls, value: int | None) -> int | None:
+        if value is not None and value & (value - 1):
+            raise ValueError(f"must be a power of two, got {value}")
+        return value
 
 
 class PlanSweep(_Frozen):
     """One sweep of the plan, spelled as ``lengthgen sweep`` flags are (``set``, ``grid``, ``param``)."""
 
-    name: str = Field(min_length=1)
-    task: tuple[str, ...] = Field(min_length=1)
-    attn: tuple[str, ...] = Field(min_length=1)
-    pos: tuple[str, ...] = ("nape",)
-    preset: str = "quick"
-    seeds: tuple[int, ...] = (0,)
+    name: Name
+    task: tuple[Name, ...] = Field(min_length=1)
+    attn: tuple[Name, ...] = Field(min_length=1)
+    pos: tuple[Name, ...] = ("nape",)
+    preset: Name = "quick"
+    seeds: Seeds = (0,)
     set: dict[str, Any] = Field(default_factory=dict, description="SECTION.FIELD = value for every run")
     grid: dict[str, tuple[Any, ...]] = Field(default_factory=dict, description="SECTION.FIELD = [values]")
     param: dict[str, Any] = Field(default_factory=dict, description="task parameters")
@@ -111,34 +155,47 @@ class PlanSweep(_Frozen):
 class PlanReason(_Frozen):
     """Why some seeds of a task × backend did not learn, and the ablation that shows it."""
 
-    task: str = Field(min_length=1)
-    attn: tuple[str, ...] = Field(min_length=1)
-    ablation: str = Field(min_length=1, description="the ablation folder's name")
-    text: str = Field(min_length=1)
+    task: Name
+    attn: tuple[Name, ...] = Field(min_length=1)
+    ablation: Name = Field(description="the ablation folder's name")
+    text: Annotated[str, Field(min_length=1), _text(4000)]
 
 
 class BoardPlan(_Frozen):
     """A plan file: the board's title, hardware note, numerics pin, ablation folder, sweeps and the
     reasons of the cells where not every seed learned."""
 
-    title: str = "lengthgen leaderboard"
-    hardware: str | None = None
+    title: Annotated[str, Field(min_length=1), _text(200)] = "lengthgen leaderboard"
+    hardware: Annotated[str, _text(200)] | None = None
     numerics: dict[str, str] = Field(default_factory=dict, description="environment variables that pin "
                                      "the instruction sets the runs were made with (``numerics.py``)")
     ablations: str | None = Field(None, description="folder of ablation sweeps, relative to the plan file")
     sweep: tuple[PlanSweep, ...] = Field(min_length=1)
     reason: tuple[PlanReason, ...] = ()
 
-    @field_validator("numerics")
+    @field_validator("ablations")
     @classmethod
-    def _variable_names(cls, pins: dict[str, str]) -> dict[str, str]:
-        for name in pins:
-            if not NAME.fullmatch(name):
-                raise ValueError(f"{name!r} is no environment variable name (A-Z, 0-9, _)")
+    def _relative_folder(cls, value: str | None) -> str | None:
+        parts = None if value is None else Path(value).parts
+        if value is not None and (not value or len(value) > 200 or Path(value).is_absolute() or ".." in parts
+                                  or "\\" in value or not limits.is_line(value, 200)):
+            raise ValueError(f"{value[:70]!r} is not a folder inside the plan's folder (a relative path "
+                             "without '..')")
+        return value
+
+    @field_validator("numerics", mode="before")
+    @classmethod
+    def _known_pins(cls, pins: Any) -> Any:
+        if isinstance(pins, dict):
+            check_pins(pins)
         return pins
 
     @model_validator(mode="after")
     def _unique_names(self) -> BoardPlan:
+        runs = sum(len(s.task) * len(s.attn) * len(s.pos) * len(s.seeds)
+                   * math.prod(len(v) for v in s.grid.values()) for s in self.sweep)
+        if runs > limits.MAX_RUNS:
+            raise ValueError(f"the plan makes {runs:,} runs, over the limit of {limits.MAX_RUNS:,}")
         names = [s.name for s in self.sweep]
         if len(set(names)) != len(names):
             raise ValueError(f"two sweeps share a name: {', '.join(names)}")
@@ -162,13 +219,10 @@ class BoardPlan(_Frozen):
 
 def load_plan(path: str | Path) -> BoardPlan:
     """Read and check a plan file; every problem is a one-line ``UserError``."""
-    file = Path(path)
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
+        data = parse_toml(read_text(path, limit=limits.MAX_TEXT_BYTES), f"--plan {path}")
     except FileNotFoundError:
         raise UserError(f"--plan {path}: no such file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"--plan {path}: not a valid TOML file ({exc})") from None
     try:
         return BoardPlan.model_validate(data)
     except ValidationError as exc:
@@ -212,8 +266,19 @@ def _grids_text(plan: BoardPlan) -> str:
             "part, it shows the best point recorded so far, marked provisional.")
 
 
-def ablations_dir(plan: BoardPlan, plan_path: str | Path) -> Path | None:
-    return None if plan.ablations is None else Path(plan_path).parent / plan.ablations
+def ablations_dir(plan: BoardPlan, plan_path: str | Path, out: str | Path | None = None) -> Path | None:
+    """The plan's ablation folder, relative to the plan file; it must lie inside the plan's folder or
+    the output folder ``out`` once links are followed (a link inside a downloaded plan's folder
+    must not make the board read and publish some other folder)."""
+    if plan.ablations is None:
+        return None
+    folder = Path(plan_path).parent / plan.ablations
+    real = folder.resolve()
+    roots = [Path(plan_path).parent.resolve(), *([Path(out).resolve()] if out is not None else [])]
+    if not any(real == root or root in real.parents for root in roots):
+        raise UserError(f"the plan's ablations folder {str(folder)!r} leads to {str(real)!r}, outside the "
+                        "plan's folder: keep it there")
+    return folder
 
 
 # -- what the plan consists of ------------------------------------------------------------------------
@@ -240,10 +305,8 @@ class Block:
 
 
 def blocks(plan: BoardPlan) -> list[Block]:
-    """Every block of the plan, in file order; the configs are built (and so checked) here."""
-    limits.check_at_most("runs in the plan", sum(
-        len(s.task) * len(s.attn) * len(s.pos) * len(s.seeds) * math.prod(len(v) for v in s.grid.values())
-        for s in plan.sweep), limits.MAX_RUNS)
+    """Every block of the plan, in file order; the configs are built (and so checked) here (the
+    plan's size is checked when it is read)."""
     out = []
     seen: dict[str, str] = {}
     for sweep in plan.sweep:
