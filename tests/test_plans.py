@@ -441,3 +441,59 @@ def test_the_published_plan_builds_and_the_board_holds_only_its_runs() -> None:
     assert committed <= possible, sorted(committed - possible)[:3]
     assert {b.task for b in blocks(plan)} == {"mqmtar", "copy", "sort", "max_retrieval", "flip_flop"}
     assert all(len(b.sweep.seeds) == 3 for b in blocks(plan))
+
+
+VARIANTS = """
+title = "variants"
+
+[[sweep]]
+name = "mq"
+task = ["mqmtar"]
+attn = ["softmax"]
+seeds = [0]
+variants = [{ param = { near_misses = 1 }, min_factor = 2, max_factor = 2 }]
+[sweep.set]
+"train.steps" = 2
+"train.batch_size" = 4
+"train.val_samples" = 4
+"arch.d_model" = 32
+"arch.d_ff" = 64
+"eval.samples" = 4
+"eval.min_samples" = 4
+"eval.max_factor" = 2
+"""
+
+
+def test_a_sweep_evaluates_every_recorded_run_on_its_task_variants(tmp_path: Path) -> None:
+    """``variants`` evaluates each recorded run on a task variant at its factors (as ``lengthgen
+    eval --param``), rows named by the variant; the dry run lists it while missing; run again,
+    nothing happens."""
+    plan = load_plan(write_plan(tmp_path, text=VARIANTS))
+    out = tmp_path / "board"
+    listed = "\n".join(dry_run_lines(survey(plan, out), Timings.from_folders(out)))
+    assert "run mqmtar-softmax" in listed and "near_misses" not in listed  # the run comes first
+    report = run_plan(plan, out, progress=False)
+    assert not report.failed and report.remaining == 0
+    assert [d.work.kind for d in report.done] == ["seed", "variant"]
+    (config,) = blocks(plan)[0].screening
+    rows = pd.read_parquet(data_path(out, run_key(config)))
+    variant = rows[rows["eval_variant"] == "near_misses=1"]
+    assert list(variant["factor"]) == [2] and (variant["status"] == "ok").all()
+    assert sorted(rows.loc[rows["eval_variant"] == "", "factor"]) == [1, 2]
+    assert run_plan(plan, out, progress=False).done == []
+    # a variant row removed is missing work again, listed as such
+    rows[rows["eval_variant"] == ""].to_parquet(data_path(out, run_key(config)))
+    listed = dry_run_lines(survey(plan, out), Timings.from_folders(out))
+    assert any("evaluate on near_misses=1 at 2x" in line for line in listed), listed
+
+
+@pytest.mark.parametrize(("variant", "message"), [
+    ("{ param = {}, min_factor = 2 }", "param"),
+    ("{ param = { near_misses = 1 }, min_factor = 3 }", "power of two"),
+    ("{ param = { near_misses = 1 }, min_factor = 4, max_factor = 2 }", "under min_factor"),
+])
+def test_a_bad_variant_is_one_line(tmp_path: Path, variant: str, message: str) -> None:
+    text = VARIANTS.replace("variants = [{ param = { near_misses = 1 }, min_factor = 2, max_factor = 2 }]",
+                            f"variants = [{variant}]")
+    with pytest.raises(UserError, match=message):
+        load_plan(write_plan(tmp_path, text=text))

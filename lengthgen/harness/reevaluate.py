@@ -214,9 +214,8 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
     options.update(attn_options or {})
     config = build_run_config(base.task, eval_attn, pos=base.pos, preset=base.preset, seed=base.seed,
                               task_params=params, attn_options=options, overrides=overrides, start=base)
-    trained, evaluated = get_task(base.task, **base.task_params), variant_task(base, task_params)
-    before, after = trained.config.model_dump(mode="json"), evaluated.config.model_dump(mode="json")
-    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    evaluated = variant_task(base, task_params)
+    changed = changed_task_params(base, task_params)
     if config.attn != base.attn:
         changed["attn"] = config.attn
     changed.update({f"attn.{k}": v for k, v in config.attn_options.items()
@@ -229,6 +228,13 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
                         f"({config.eval.max_factor}), got {min_factor}")
     done = _evaluated_factors(run, variant)
     return EvalPlan(run, config, variant, factors, [f for f in factors if f not in done])
+
+
+def changed_task_params(config: RunConfig, task_params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The task parameters an evaluation with ``task_params`` changes, as the variant names them."""
+    trained, evaluated = get_task(config.task, **config.task_params), variant_task(config, task_params)
+    before, after = trained.config.model_dump(mode="json"), evaluated.config.model_dump(mode="json")
+    return {k: v for k, v in after.items() if before.get(k) != v}
 
 
 def variant_task(config: RunConfig, task_params: Mapping[str, Any] | None) -> Task:

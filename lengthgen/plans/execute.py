@@ -78,6 +78,26 @@ def extend_run(out: str, key: str, factors: tuple[int, ...], device: str,
     return None
 
 
+def evaluate_variant(out: str, work: Work, device: str, progress: Shown = False) -> str | None:
+    """Evaluate a recorded run on a task variant at ``work.factors`` (training it again first if its
+    model is gone), one length at a time; returns the error that stopped it, if any."""
+    from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
+    from lengthgen.harness.restore import restore_run
+
+    assert work.variant is not None
+    run_dir = run_path(out, work.key)
+    if not (run_dir / "model.pt").is_file():
+        restore_run(run_dir, data_path(out, work.key), progress)
+    run = load_saved_run(run_dir)
+    for factor in work.factors:
+        plan = plan_evaluation(run, max_factor=max(factor, run.config.eval.max_factor),
+                               task_params=work.variant.param, min_factor=factor)
+        outcome = run_evaluation(plan, [factor], device_name=device, progress=False)
+        if outcome.error:
+            return f"at {factor}x: {outcome.error}"
+    return None
+
+
 def do_work(work: Work, out: str, device: str, threads: int | None = None, progress: Shown = False) -> Done:
     """One piece of work, in the driver or in a pool process; never raises for a failing run.
     ``progress="log"``: a line every tenth of a run's training in a log."""
@@ -86,9 +106,10 @@ def do_work(work: Work, out: str, device: str, threads: int | None = None, progr
 
         torch.set_num_threads(threads)
     start = time.perf_counter()
-    if work.kind == "extend":
+    if work.kind in ("extend", "variant"):
         try:
-            error = extend_run(out, work.key, work.factors, device, progress)
+            error = (extend_run(out, work.key, work.factors, device, progress) if work.kind == "extend"
+                     else evaluate_variant(out, work, device, progress))
         except Exception as exc:  # a model that cannot be loaded or restored: report it, go on
             error = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return Done(work, "failed" if error else "ok", error, time.perf_counter() - start)
@@ -110,7 +131,8 @@ def remaining(states: list[BlockState]) -> int:
 
 
 def _describe(done: Done) -> str:
-    what = {"screen": "screening run", "seed": "run", "extend": "evaluation"}[done.work.kind]
+    what = {"screen": "screening run", "seed": "run", "extend": "evaluation",
+            "variant": f"evaluation on {done.work.label}"}[done.work.kind]
     what += " of the paper-protocol pick" if done.work.protocol else ""
     what += " (trained again: its model.pt was gone)" if done.work.restore else ""
     factors = f" at {', '.join(f'{f}x' for f in done.work.factors)}" if done.work.factors else ""
@@ -127,7 +149,7 @@ def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "
 
     root = str(Path(out).resolve())
     report = report if report is not None else PlanReport()
-    tried: set[tuple[str, str]] = set()
+    tried: set[tuple[str, str, str]] = set()
     running: dict[Future[Done], Work] = {}
     pool = None
     if jobs > 1:
@@ -151,17 +173,17 @@ def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "
             report.remaining = remaining(states)
             bar.total = len(report.done) + report.remaining
             bar.refresh()
-            busy = {(w.kind, w.key) for w in running.values()}
+            busy = {(w.kind, w.key, w.label) for w in running.values()}
             ready = [w for w in sorted((w for s in states for w in s.work), key=_order)
-                     if (w.kind, w.key) not in tried and (w.kind, w.key) not in busy]
+                     if (w.kind, w.key, w.label) not in tried and (w.kind, w.key, w.label) not in busy]
             if pool is None:
                 if not ready:
                     break
-                tried.add((ready[0].kind, ready[0].key))
+                tried.add((ready[0].kind, ready[0].key, ready[0].label))
                 finished(do_work(ready[0], root, device, progress=shown))
                 continue
             for work in ready[:jobs - len(running)]:
-                tried.add((work.kind, work.key))
+                tried.add((work.kind, work.key, work.label))
                 running[pool.submit(do_work, work, root, device, threads, shown)] = work
             if not running:
                 break
@@ -172,7 +194,7 @@ def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "
                     finished(future.result())
                 except Exception as exc:  # the worker process died (killed, out of memory)
                     error = f"worker died: {type(exc).__name__}: {exc}"
-                    if work.kind != "extend":
+                    if work.kind in ("screen", "seed"):
                         record_if_missing(work.config, root, failed_frame(work.config, error))
                     finished(Done(work, "failed", error, 0.0))
     except BaseException:
@@ -188,10 +210,11 @@ def run_plan(plan: BoardPlan, out: str | Path, *, jobs: int = 1, device: str = "
 
 
 def _order(work: Work) -> int:
-    """Extending runs whose model is on disk, then runs that wait for no choice (sweeps without a
-    grid, the chosen points' other seeds), then screening, then the extensions that train their
-    run again first; the plan's order within each (the sort is stable)."""
-    if work.kind == "extend":
+    """Extending runs whose model is on disk (and evaluating them on task variants), then runs that
+    wait for no choice (sweeps without a grid, the chosen points' other seeds), then screening, then
+    the evaluations that train their run again first; the plan's order within each (the sort is
+    stable)."""
+    if work.kind in ("extend", "variant"):
         return 3 if work.restore else 0
     return {"seed": 1, "screen": 2}[work.kind]
 

@@ -28,9 +28,9 @@ def point_label(block: Block, config: RunConfig) -> str:
 
 def work_seconds(work: Work, timings: Timings) -> float | None:
     """CPU seconds of the work: training (the steps left, for a resumed run) and evaluation."""
-    if work.kind == "extend" and not work.restore:
+    if work.kind in ("extend", "variant") and not work.restore:
         return timings.eval_seconds(work.config, work.factors)
-    if work.kind == "extend":  # trained and tested again (to compare), then extended
+    if work.kind in ("extend", "variant"):  # trained and tested again (to compare), then evaluated
         again = work_seconds(Work("seed", work.block, work.config), timings)
         more = timings.eval_seconds(work.config, work.factors)
         return None if again is None or more is None else again + more
@@ -90,10 +90,11 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
             seconds = work_seconds(work, timings)
             estimates.append(seconds)
             label = point_label(block, work.config)
-            if work.kind == "extend":
+            if work.kind in ("extend", "variant"):
                 evaluations += 1
                 pick = " the paper-protocol pick" if work.protocol else ""
-                what = f"evaluate{pick} at {', '.join(f'{f}x' for f in work.factors)}"
+                on = f" on {work.label}" if work.kind == "variant" else ""
+                what = f"evaluate{pick}{on} at {', '.join(f'{f}x' for f in work.factors)}"
                 what = f"train again (model.pt gone), {what}" if work.restore else what
             else:
                 runs += 1

@@ -25,7 +25,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -99,6 +99,26 @@ class Screen(_Frozen):
         return value
 
 
+class PlanVariant(_Frozen):
+    """An evaluation of every recorded run of a sweep on a variant of its task, as ``lengthgen eval
+    RUN --param k=v --min-factor M --max-factor N`` makes it (MQMTAR's planted near misses: the
+    training-budget study measures its error per near miss this way)."""
+
+    param: dict[str, Any] = Field(min_length=1, description="task parameters of the variant")
+    min_factor: int = Field(1, ge=1, description="the shortest length (a power of two)")
+    max_factor: int | None = Field(None, ge=1, description="the longest (default: the run's own)")
+
+    @model_validator(mode="after")
+    def _powers_of_two(self) -> PlanVariant:
+        for name in ("min_factor", "max_factor"):
+            value = getattr(self, name)
+            if value is not None and value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, got {value}")
+        if self.max_factor is not None and self.max_factor < self.min_factor:
+            raise ValueError(f"max_factor {self.max_factor} is under min_factor {self.min_factor}")
+        return self
+
+
 class PlanSweep(_Frozen):
     """One sweep of the plan, spelled as ``lengthgen sweep`` flags are (``set``, ``grid``, ``param``)."""
 
@@ -113,6 +133,8 @@ class PlanSweep(_Frozen):
     param: dict[str, Any] = Field(default_factory=dict, description="task parameters")
     attn_option: dict[str, Any] = Field(default_factory=dict, description="backend options")
     screen: Screen = Screen()
+    variants: tuple[PlanVariant, ...] = Field((), description="task variants every recorded run is "
+                                              "also evaluated on")
 
     @field_validator("task", "attn", "pos", "seeds")
     @classmethod
@@ -328,7 +350,7 @@ def blocks(plan: BoardPlan) -> list[Block]:
 
 
 # -- where the plan stands -----------------------------------------------------------------------------
-WorkKind = Literal["screen", "seed", "extend"]
+WorkKind = Literal["screen", "seed", "extend", "variant"]
 
 
 @dataclass(frozen=True)
@@ -344,10 +366,20 @@ class Work:
     restore: bool = False  # extend: the run folder has no model.pt to evaluate
     resumes_at: int | None = None  # screen, seed: the step a stopped training resumes from
     protocol: bool = False  # extend: the paper-protocol pick, a screening run of a point not chosen
+    variant: PlanVariant | None = None  # variant: the task variant to evaluate at ``factors``
 
     @property
     def key(self) -> str:
         return run_key(self.config)
+
+    @property
+    def label(self) -> str:
+        """The variant as its rows name it (``eval_variant``); '' for the other kinds."""
+        from lengthgen.harness.reevaluate import changed_task_params, variant_label
+
+        if self.variant is None:
+            return ""
+        return variant_label(changed_task_params(self.config, self.variant.param))
 
 
 @dataclass
@@ -364,14 +396,15 @@ class BlockState:
         return len(self.block.screening) - sum(w.kind == "screen" for w in self.work)
 
 
-def _ok_factors(path: Path) -> set[int]:
-    """Factors with an ok row of the training task (no evaluation variant) in a data file."""
+def _ok_factors(path: Path, variant: str = "") -> set[int]:
+    """Factors with an ok row of the training task (``variant`` '': no evaluation variant) or of an
+    evaluation variant in a data file."""
     try:
         rows = pd.read_parquet(path, columns=["factor", "status", "eval_variant"])
     except Exception:  # unreadable: run_state already calls such a run missing
         return set()
-    variant = rows["eval_variant"].fillna("").astype(str)
-    ok = rows[(rows["status"] == "ok") & (variant == "") & rows["factor"].notna()]
+    variants = rows["eval_variant"].fillna("").astype(str)
+    ok = rows[(rows["status"] == "ok") & (variants == variant) & rows["factor"].notna()]
     return {int(f) for f in ok["factor"]}
 
 
@@ -426,6 +459,7 @@ def survey(plan: BoardPlan, out: str | Path, retry_failed: bool = False) -> list
             if status == "failed":
                 continue
             _add_extension(state, config, root)
+            _add_variants(state, config, root)
         states.append(state)
     _extend_protocol_picks(states, root)
     return states
@@ -444,7 +478,7 @@ def _extend_protocol_picks(states: list[BlockState], root: Path) -> None:
         groups.setdefault((state.block.task, state.block.attn), []).append(state)
     for (task, attn), group in groups.items():
         if any(s.waiting or (s.block.staged and s.chosen is None)
-               or any(w.kind != "extend" for w in s.work) for s in group):
+               or any(w.kind not in ("extend", "variant") for w in s.work) for s in group):
             continue
         owner: dict[str, tuple[BlockState, RunConfig]] = {}
         for state in group:
@@ -470,6 +504,20 @@ def _add_extension(state: BlockState, config: RunConfig, root: Path, protocol: b
     if missing:
         restore = not (run_path(root, key) / "model.pt").is_file()
         state.work.append(Work("extend", state.block.label, config, missing, restore, protocol=protocol))
+
+
+def _add_variants(state: BlockState, config: RunConfig, root: Path) -> None:
+    """Add the evaluations of a recorded run on its sweep's task variants that it still lacks."""
+    key = run_key(config)
+    restore = not (run_path(root, key) / "model.pt").is_file()
+    for variant in state.block.sweep.variants:
+        top = variant.max_factor or config.eval.max_factor
+        work = Work("variant", state.block.label, config, restore=restore, variant=variant)
+        done = _ok_factors(data_path(root, key), work.label)
+        missing = tuple(2**k for k in range(top.bit_length())
+                        if variant.min_factor <= 2**k <= top and 2**k not in done)
+        if missing:
+            state.work.append(replace(work, factors=missing))
 
 
 def _runs_at_chosen(state: BlockState) -> list[RunConfig]:
