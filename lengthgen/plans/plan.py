@@ -280,7 +280,8 @@ def _grids_text(plan: BoardPlan) -> str:
                      f"{', '.join(map(str, seeds))}{tested}")
     return ("Two-stage grids. Stage 1 runs every grid point on the screening seed (" + "; ".join(parts)
             + "). Per task, backend and position scheme, the point with the best in-distribution "
-            "validation exact match on the screening seed (exact ties: the smaller learning rate, then the longer warm-up) is chosen, never on test data; "
+            "validation exact match on the screening seed (exact ties: the smaller learning rate, then the "
+            "longer warm-up) is chosen, never on test data; "
             "stage 2 runs the remaining seeds there, and every run of the chosen point is evaluated over "
             "the preset's whole range of factors. The other points keep their screening run alone and show "
             "as runner-up settings; when one of those runs is a backend's paper-protocol pick (best 8× "
