@@ -550,7 +550,7 @@ def leaderboard_command(
     """Tables (mean and 95% CI over seeds, learned seeds, selected settings, paper rows) and plots."""
     from lengthgen.leaderboard import DEFAULT_TITLE, write_leaderboard
     from lengthgen.leaderboard.ablations import load_ablations
-    from lengthgen.leaderboard.reasons import CellReason, check_reasons
+    from lengthgen.leaderboard.reasons import check_reasons
     from lengthgen.leaderboard.sources import load_sources
 
     out_dir = folder_for_writing(out, "--out")
@@ -563,33 +563,18 @@ def leaderboard_command(
     if rows.empty:
         raise UserError(f"no usable results under {', '.join(map(repr, folders))} (expected "
                         "DIR/data/*.parquet from a sweep, or results.parquet files)")
+    budget = None
     if plan_file is not None:
-        from lengthgen.plans.plan import (
-            ablations_dir,
-            board_run_ids,
-            load_plan,
-            rule_text,
-            screening_progress,
-            survey,
-        )
+        from lengthgen.plans.board import plan_board
 
         given = [flag for flag, value in (("--title", title), ("--hardware", hardware),
                                           ("--ablations", ablations)) if value is not None]
         if given:
             raise UserError(f"--plan sets {', '.join(given)} itself; drop it (edit the plan file instead)")
-        plan = load_plan(plan_file)
-        states = survey(plan, results)
-        rows = rows[rows["run_id"].isin(board_run_ids(states))]
-        if rows.empty:
-            raise UserError(f"none of the runs of plan {plan_file} is recorded under {results!r}; "
-                            f"run: lengthgen sweep --plan {plan_file} --out {results}")
-        title, hardware = plan.title, plan.hardware
-        folder = ablations_dir(plan, plan_file, results)
-        ablations = None if folder is None else str(folder)
-        rule = rule_text(plan)
-        reasons = [CellReason(*cell) for cell in plan.cell_reasons()]
-        numerics = plan.numerics
-        screening = screening_progress(states)
+        board = plan_board(plan_file, results, rows)
+        rows, title, hardware, ablations = board.rows, board.title, board.hardware, board.ablations
+        rule, reasons, numerics, screening = board.rule, board.reasons, board.numerics, board.screening
+        budget = board.budget
     else:
         rule, reasons, numerics, screening = None, None, None, None
     if ablations is not None:  # checked before anything is written
@@ -597,7 +582,7 @@ def leaderboard_command(
     written = write_leaderboard(rows, out_dir, title=title or DEFAULT_TITLE, source=results,
                                 hardware=hardware, commit=commit, ablations=ablations, plan=plan_file,
                                 plan_rule=rule, latex=latex, sources=sources, reasons=reasons,
-                                numerics=numerics, screening=screening)
+                                numerics=numerics, screening=screening, budget=budget)
     for path in written:
         typer.echo(str(path))
 

@@ -46,3 +46,25 @@ ROWS = {
     ("softmax", 1): [0.99, 0.86, 0.30, 0.00],
     ("softmax", 2): [1.0, 0.88, 0.35, 0.01],
 }
+
+
+def study_rows(scores: dict[tuple[str, int, int], dict[int, float]],
+               planted: float | None = 0.5) -> pd.DataFrame:
+    """Rows of MQMTAR runs (attn, steps, seed) with exact match per factor (64 samples each), plus
+    a row with 8 near misses planted at 8× scoring ``planted``."""
+    rows = []
+    for (attn, steps, seed), by_factor in sorted(scores.items()):
+        config = build_run_config("mqmtar", attn, preset="paper-tasks", seed=seed,
+                                  overrides={"train.steps": steps, "eval.min_samples": 64})
+        base = {"run_id": f"mqmtar-{attn}-nape-s{seed}-{config.config_hash()[:8]}", "task": "mqmtar",
+                "attn": attn, "pos": "nape", "seed": seed, "preset": "paper-tasks", "train_length": 64,
+                "steps": steps, "config_hash": config.config_hash(), "config_json": config.canonical_json(),
+                "status": "ok", "n_samples": 64}
+        for factor, value in by_factor.items():
+            rows.append({**base, "factor": factor, "eval_length": 64 * factor, "exact_match": value,
+                         "exact_match_lo": value, "exact_match_hi": value})
+        if planted is not None:
+            rows.append({**base, "factor": 8, "eval_length": 512, "exact_match": planted,
+                         "exact_match_lo": planted, "exact_match_hi": planted,
+                         "eval_variant": "near_misses=8"})
+    return rows_to_frame(rows)

@@ -5,43 +5,22 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
 import pytest
+from leaderboard_rows import study_rows  # tests/ is on sys.path
 
-from lengthgen.config import build_run_config
-from lengthgen.harness.results import rows_to_frame
+from lengthgen.leaderboard import render
 from lengthgen.leaderboard.budget import (
     ALLOWED_ERROR,
     PAPER_SEQUENCES,
+    TITLE,
     Point,
     SeedResult,
+    StudySource,
     budget_table,
     near_miss_error,
     points,
     trend,
 )
-
-
-def study_rows(scores: dict[tuple[str, int, int], dict[int, float]],
-               planted: float | None = 0.5) -> pd.DataFrame:
-    """Rows of MQMTAR runs (attn, steps, seed) with exact match per factor (64 samples each), plus
-    a row with 8 near misses planted at 8× scoring ``planted``."""
-    rows = []
-    for (attn, steps, seed), by_factor in sorted(scores.items()):
-        config = build_run_config("mqmtar", attn, preset="paper-tasks", seed=seed,
-                                  overrides={"train.steps": steps, "eval.min_samples": 64})
-        base = {"run_id": f"mqmtar-{attn}-nape-s{seed}-{config.config_hash()[:8]}", "task": "mqmtar",
-                "attn": attn, "pos": "nape", "seed": seed, "preset": "paper-tasks", "train_length": 64,
-                "steps": steps, "config_hash": config.config_hash(), "config_json": config.canonical_json(),
-                "status": "ok", "n_samples": 64}
-        for factor, value in by_factor.items():
-            rows.append({**base, "factor": factor, "eval_length": 64 * factor, "exact_match": value,
-                         "exact_match_lo": value, "exact_match_hi": value})
-        if planted is not None:
-            rows.append({**base, "factor": 8, "eval_length": 512, "exact_match": planted,
-                         "exact_match_lo": planted, "exact_match_hi": planted,
-                         "eval_variant": "near_misses=8"})
-    return rows_to_frame(rows)
 
 
 def test_the_per_near_miss_error_reproduces_the_ablation() -> None:
@@ -110,3 +89,23 @@ def test_the_table_gives_means_seeds_and_the_paper() -> None:
     assert cells[6].startswith("20.0 [") and cells[6].endswith("seeds 10.0 / 20.0 / 30.0")
     assert cells[7].startswith("2.02%")  # 1 − (0.5 / 0.96)^(1/32)
     assert [c.plain for c in table.pinned[0].cells][:1] == ["paper: asentmax"]
+
+
+def test_the_board_section_shows_the_table_the_trend_and_both_figures() -> None:
+    from leaderboard_rows import ROWS, make_rows
+
+    scores = {(attn, steps, seed): {8: 0.97, 256: 0.3 + 0.1 * k + 0.02 * seed,
+                                    1024: 0.05 + 0.1 * k + 0.01 * seed}
+              for attn in ("asentmax", "softmax") for k, steps in enumerate((3000, 12000))
+              for seed in range(3)}
+    source = StudySource(study_rows(scores), 33, "leaderboard/budget.toml", "leaderboard/budget")
+    files = render(make_rows(ROWS), budget=source).files
+    readme = files["README.md"].decode()
+    assert f"## {TITLE}" in readme and "12 runs recorded of 33 planned, 12 tested to 1024×" in readme
+    assert "| asentmax | 12,000 | 128 | 768 K | 3 |" in readme
+    assert "- asentmax (6 seeds over 2 budgets): the line reaches 95% at about" in readme
+    assert {"plots/budget.svg", "plots/budget_near_misses.svg"} <= set(files)
+    html = files["leaderboard.html"].decode()
+    assert 'id="budget"' in html and html.count("data:image/svg+xml;base64,") == 5  # 3 board + 2 study
+    empty = render(make_rows(ROWS), budget=StudySource(study_rows({}), 33, "p", "d")).files
+    assert "0 runs recorded of 33 planned" in empty["README.md"].decode()

@@ -20,6 +20,7 @@ from lengthgen.files import publish
 from lengthgen.harness.verify import read_report
 from lengthgen.leaderboard import page as html_page
 from lengthgen.leaderboard.ablations import Ablation, ablation_table
+from lengthgen.leaderboard.budget import StudySource, render_section
 from lengthgen.leaderboard.commits import commit_label, commits_table, provenance_lines
 from lengthgen.leaderboard.headline import HEADLINE_CAPTION, headline_html, headline_markdown, verdicts
 from lengthgen.leaderboard.latex import latex_effective_table, latex_table
@@ -176,7 +177,7 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
            plan: str | None = None, plan_rule: str | None = None, verified: str | None = None,
            latex: bool = False, sources: Sequence[Source] = (), reasons: Sequence[CellReason] | None = None,
            numerics: Mapping[str, str] | None = None,
-           screening: ScreeningProgress | None = None) -> Rendered:
+           screening: ScreeningProgress | None = None, budget: StudySource | None = None) -> Rendered:
     """README.md, leaderboard.csv, leaderboard.html and plots/*.svg for the rows (and the ablations).
 
     With ``plan`` (the plan file's path) the Reproduce section starts with the two commands that
@@ -270,6 +271,11 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     else:
         commands = [*steps, leaderboard_command(source, out_name, hardware, title, DEFAULT_TITLE,
                                                 ablations_source)]
+    budget_html: list[str] = []
+    if budget is not None:  # the training-budget study, before the ablations that motivated it
+        budget_md, budget_html, budget_files = render_section(budget)
+        md += budget_md
+        files.update(budget_files)
     ablation_html: list[str] = []
     if ablations:
         md += ["## What changes the result", "", ABLATIONS_INTRO, ""]
@@ -302,7 +308,8 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
                       + "</ul>"] if conflicts else []
     sources_html = ([f"<h2>Sources</h2>\n<p>{html_page.code_spans(SOURCES_INTRO)}</p>", *conflicts_html,
                      html_page.html_table(submitted)] if submitted is not None else [])
-    tail = [*ablation_html, *sources_html, "<h2>Protocol and hardware</h2>", html_page.html_table(protocol),
+    tail = [*budget_html, *ablation_html, *sources_html, "<h2>Protocol and hardware</h2>",
+            html_page.html_table(protocol),
             "<ul>" + "".join(f"<li>{html_page.code_spans(line)}</li>" for line in env) + "</ul>",
             "<h3>Which code made the rows</h3>", html_page.html_table(commits),
             "<ul>" + "".join(f"<li>{html_page.code_spans(line)}</li>" for line in provenance) + "</ul>",
@@ -353,7 +360,8 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
                       sources: Sequence[Source] = (),
                       reasons: Sequence[CellReason] | None = None,
                       numerics: Mapping[str, str] | None = None,
-                      screening: ScreeningProgress | None = None) -> list[Path]:
+                      screening: ScreeningProgress | None = None,
+                      budget: StudySource | None = None) -> list[Path]:
     """Render every output, then publish them under ``out`` together (``files.publish``: built in a
     temporary folder, then moved into place); returns the paths.
 
@@ -371,5 +379,5 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
                       commit=commit if commit is not None else data_commit(data), data_link=link,
                       ablations=found, ablations_source=None if ablations is None else str(ablations),
                       plan=plan, plan_rule=plan_rule, verified=verified, latex=latex, sources=sources,
-                      reasons=reasons, numerics=numerics, screening=screening)
+                      reasons=reasons, numerics=numerics, screening=screening, budget=budget)
     return publish(out, rendered.files)

@@ -192,10 +192,12 @@ class BoardPlan(_Frozen):
     numerics: dict[str, str] = Field(default_factory=dict, description="environment variables that pin "
                                      "the instruction sets the runs were made with (``numerics.py``)")
     ablations: str | None = Field(None, description="folder of ablation sweeps, relative to the plan file")
+    budget: str | None = Field(None, description="the training-budget study's plan file, relative to this "
+                               "one; its runs are in the folder of the same name beside it")
     sweep: tuple[PlanSweep, ...] = Field(min_length=1)
     reason: tuple[PlanReason, ...] = ()
 
-    @field_validator("ablations")
+    @field_validator("ablations", "budget")
     @classmethod
     def _relative_folder(cls, value: str | None) -> str | None:
         parts = None if value is None else Path(value).parts
@@ -289,19 +291,33 @@ def _grids_text(plan: BoardPlan) -> str:
             "part, it shows the best point recorded so far, marked provisional.")
 
 
-def ablations_dir(plan: BoardPlan, plan_path: str | Path, out: str | Path | None = None) -> Path | None:
-    """The plan's ablation folder, relative to the plan file; it must lie inside the plan's folder or
-    the output folder ``out`` once links are followed (a link inside a downloaded plan's folder
-    must not make the board read and publish some other folder)."""
-    if plan.ablations is None:
-        return None
-    folder = Path(plan_path).parent / plan.ablations
-    real = folder.resolve()
+def _inside(plan_path: str | Path, relative: str, what: str, out: str | Path | None) -> Path:
+    """``relative`` to the plan file; it must lie inside the plan's folder or the output folder
+    ``out`` once links are followed (a link inside a downloaded plan's folder must not make the
+    board read and publish some other folder)."""
+    target = Path(plan_path).parent / relative
+    real = target.resolve()
     roots = [Path(plan_path).parent.resolve(), *([Path(out).resolve()] if out is not None else [])]
     if not any(real == root or root in real.parents for root in roots):
-        raise UserError(f"the plan's ablations folder {str(folder)!r} leads to {str(real)!r}, outside the "
+        raise UserError(f"the plan's {what} {str(target)!r} leads to {str(real)!r}, outside the "
                         "plan's folder: keep it there")
-    return folder
+    return target
+
+
+def ablations_dir(plan: BoardPlan, plan_path: str | Path, out: str | Path | None = None) -> Path | None:
+    """The plan's ablation folder (``_inside`` the plan's folder or ``out``)."""
+    if plan.ablations is None:
+        return None
+    return _inside(plan_path, plan.ablations, "ablations folder", out)
+
+
+def budget_paths(plan: BoardPlan, plan_path: str | Path) -> tuple[Path, Path] | None:
+    """The training-budget study's plan file and its runs' folder (the plan file's name without
+    ``.toml``, beside it), both inside the plan's folder; None when the plan names no study."""
+    if plan.budget is None:
+        return None
+    study = _inside(plan_path, plan.budget, "budget study", None)
+    return study, _inside(plan_path, str(Path(plan.budget).with_suffix("")), "budget study's folder", None)
 
 
 # -- what the plan consists of ------------------------------------------------------------------------
