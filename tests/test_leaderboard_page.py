@@ -16,10 +16,11 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from leaderboard_rows import ROWS, make_rows  # tests/ is on sys.path
+from leaderboard_rows import ROWS, make_rows, study_rows  # tests/ is on sys.path
 
 from lengthgen.harness.results import write_parquet_atomic
 from lengthgen.leaderboard import write_leaderboard
+from lengthgen.leaderboard.budget import StudySource
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="no selenium: pip install selenium")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -47,7 +48,11 @@ def page_url(tmp_path_factory: pytest.TempPathFactory) -> str:
                       val={("softmax", 0): (0.5, 0.1), ("softmax", 1): (0.6, 0.1)})
     flip = make_rows({("softmax", 0): [1.0, 0.95, 0.9], ("entmax", 0): [0.9, 0.5, 0.1]}, task="flip_flop")
     rows = pd.concat([make_rows(ROWS, val=val), other, flip], ignore_index=True)
-    write_leaderboard(rows, root, source=str(root), commit="abc1234")
+    scores = {(attn, steps, seed): {8: 0.97, 256: 0.3 + 0.2 * k + 0.02 * seed, 1024: 0.05 + 0.2 * k}
+              for attn in ("asentmax", "softmax") for k, steps in enumerate((3000, 12000))
+              for seed in range(3)}
+    study = StudySource(study_rows(scores), 33, "leaderboard/budget.toml", "leaderboard/budget")
+    write_leaderboard(rows, root, source=str(root), commit="abc1234", budget=study)
     return (root / "leaderboard.html").as_uri()
 
 
@@ -107,9 +112,9 @@ def test_console_check_catches_errors(browser: Any) -> None:
 def test_every_table_sorts_on_click_with_indicator(browser: Any, page_url: str) -> None:
     load(browser, page_url, 1400)
     tables = browser.find_elements(By.CSS_SELECTOR, "table.sortable")
-    # effective length; copy, its settings and its paper-vs-ours; flip_flop and its settings; how the runs
-    # were made; the commits that made the rows
-    assert len(tables) == 8
+    # effective length; copy, its settings and its paper-vs-ours; flip_flop and its settings; the budget
+    # study; how the runs were made; the commits that made the rows
+    assert len(tables) == 9
     for table in tables:
         col = sortable_column(table)
         head = table.find_elements(By.CSS_SELECTOR, "thead th")[col]
@@ -249,6 +254,22 @@ def test_the_first_screen_answers(browser: Any, page_url: str, width: int) -> No
             "return Array.from(document.querySelectorAll('.scroll, .hm-wrap'))"
             ".filter(b => b.scrollWidth > b.clientWidth + 1).map(b => b.getAttribute('aria-label'))")
         assert hidden == []
+    assert console_errors(browser) == []
+
+
+def test_the_budget_section_shows_its_table_trend_and_figures(browser: Any, page_url: str) -> None:
+    load(browser, page_url, 1280)
+    section = browser.execute_script(
+        "var h = document.getElementById('budget'), out = {tables: 0, figures: 0, trends: []};"
+        "for (var e = h.nextElementSibling; e && e.tagName !== 'H2'; e = e.nextElementSibling) {"
+        "  out.tables += e.querySelectorAll('table').length;"
+        "  e.querySelectorAll('img').forEach(function (i) {"
+        "    if (i.complete && i.naturalWidth > 0) out.figures++; });"
+        "  if (e.tagName === 'UL') e.querySelectorAll('li').forEach(function (l) {"
+        "    out.trends.push(l.textContent); });"
+        "} return out;")
+    assert section["tables"] == 1 and section["figures"] == 2
+    assert len(section["trends"]) == 2 and all("reaches 95% at about" in t for t in section["trends"])
     assert console_errors(browser) == []
 
 
