@@ -12,15 +12,14 @@ from lengthgen.leaderboard import render
 from lengthgen.leaderboard.budget import (
     ALLOWED_ERROR,
     PAPER_SEQUENCES,
-    TITLE,
     Point,
     SeedResult,
-    StudySource,
     budget_table,
     near_miss_error,
     points,
     trend,
 )
+from lengthgen.leaderboard.budget_page import TITLE, StudySource
 
 
 def test_the_per_near_miss_error_reproduces_the_ablation() -> None:

@@ -20,7 +20,7 @@ from leaderboard_rows import ROWS, make_rows, study_rows  # tests/ is on sys.pat
 
 from lengthgen.harness.results import write_parquet_atomic
 from lengthgen.leaderboard import write_leaderboard
-from lengthgen.leaderboard.budget import StudySource
+from lengthgen.leaderboard.budget_page import StudySource
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="no selenium: pip install selenium")
 from selenium.webdriver.chrome.service import Service  # noqa: E402

@@ -11,7 +11,9 @@ seeds, effective length), ``settings`` (naming settings), ``selection`` (which s
 the paper-protocol run, the tie-break), ``paper`` (the paper's numbers and protocol), ``summary``
 (the long table of numbers), ``tables`` (table model, Markdown, CSV), ``views`` (what each table
 shows), ``headline`` (the first screen: a sentence per task and the task × backend matrix),
-``commits`` (which code made the rows), ``reasons`` (why a cell's seeds did not learn),
+``commits`` (which code made the rows), ``budget`` (the training-budget study's numbers: points,
+the per-near-miss error, the trend) and ``budget_page`` (its section of the board), ``reasons``
+(why a cell's seeds did not learn),
 ``ablations`` (the ablation folders), ``sources`` (our folder and submitted ones), ``verified``
 (what the verification report covers), ``page`` (HTML, CSS, JavaScript), ``plots`` (figures),
 ``latex`` (tables for papers), ``reproduce`` (commands), ``safe`` (slugs for ids and file names,

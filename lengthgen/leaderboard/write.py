@@ -20,7 +20,7 @@ from lengthgen.files import publish
 from lengthgen.harness.verify import read_report
 from lengthgen.leaderboard import page as html_page
 from lengthgen.leaderboard.ablations import Ablation, ablation_table
-from lengthgen.leaderboard.budget import StudySource, render_section
+from lengthgen.leaderboard.budget_page import StudySource, render_section
 from lengthgen.leaderboard.commits import commit_label, commits_table, provenance_lines
 from lengthgen.leaderboard.headline import HEADLINE_CAPTION, headline_html, headline_markdown, verdicts
 from lengthgen.leaderboard.latex import latex_effective_table, latex_table

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from lengthgen.errors import UserError
-from lengthgen.leaderboard.budget import StudySource
+from lengthgen.leaderboard.budget_page import StudySource
 from lengthgen.leaderboard.reasons import CellReason
 from lengthgen.plans.plan import (
     ablations_dir,
