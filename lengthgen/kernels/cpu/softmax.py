@@ -315,9 +315,11 @@ def _head_group(
             later = _Rows(block.q[:, :, 1:], block.pos[1:], later_theta)
             span = slice(first + 1, last + 1)  # keys only the later rows see
             ks, vs = k[:, :, span], v[:, :, span]
-            if sloped is None and last - first == rows - 1:  # consecutive rows: a causal square
-                tail = _kernel_part(later, ks, vs, None, first + 1, first + 1, scale, want_entropy, True,
-                                    cum=cum)
+            # consecutive rows: a causal square, unless a bias needs each row's own reference (one
+            # reference for the square would put channel values of c's whole drop across the
+            # block next to the keys that matter, where float32 rounds them by 1e-5)
+            if sloped is None and cum is None and last - first == rows - 1:
+                tail = _kernel_part(later, ks, vs, None, 0, first + 1, scale, want_entropy, True)
             else:
                 tail = _direct_part(later, ks, vs, sloped, first + 1, scale, want_entropy, cum)
             _store(result, _merge(_slice(part, 1), tail), start + 1, stop)
