@@ -34,7 +34,7 @@ from lengthgen.kernels.cpu.blocks import RowJob, run_blocks
 from lengthgen.kernels.cpu.jit import FASTMATH, Kernel
 from lengthgen.kernels.problem import AttnProblem
 
-__all__ = ["KERNEL", "softmax_lse_entropy"]
+__all__ = ["KERNEL", "add_cumulative_bias", "softmax_lse_entropy"]
 
 #: Query rows per work item, and score entries per BLAS tile (rows × keys, 1 MiB of float32 in
 #: L2): a row's keys go through in tiles, merged exactly, instead of one block of all its keys
@@ -47,6 +47,29 @@ _SUM_BLOCK = 128
 _SAMPLE_STRIDE = 16
 #: …unless its Σ e^u comes out above this (tiles hold at most 2,048 keys of one row).
 _REDO_ABOVE = 2.0**16
+
+
+def add_cumulative_bias(S: Tensor, cum: Tensor, pos: Tensor, t0: int, theta: Tensor | None = None) -> None:
+    """S (R, L) += θ·(c_pos − c_j) for the keys j = t0 … t0 + L − 1 of one head, in float32, in one
+    numba pass over the tile.
+
+    c (float64) reaches 10⁴ at long lengths, where float32 holds it only to 10⁻³; differencing in
+    float64 for every score cost more than the scores' BLAS tile. So c is split into float32 parts
+    hi + lo, and c_pos − c_j = (hi_pos − hi_j) + (lo_pos − lo_j): the first difference of exact
+    float32 numbers rounds once, by 6e-8 of itself (small for the keys that matter), the second
+    carries the rest. Without numba (the support count's torch fallback), the same in torch."""
+    from lengthgen.kernels.cpu import jit
+
+    rows, keys = cum[pos], cum[t0 : t0 + S.shape[1]]
+    rows_hi, keys_hi = rows.float(), keys.float()
+    rows_lo, keys_lo = (rows - rows_hi.double()).float(), (keys - keys_hi.double()).float()
+    factor = torch.ones(len(rows)) if theta is None else theta.float()
+    if jit.NUMBA_ERROR is None:
+        jit.add_row_key_bias(S.numpy(), rows_hi.numpy(), rows_lo.numpy(), keys_hi.numpy(), keys_lo.numpy(),
+                             factor.numpy())
+        return
+    bias = (rows_hi[:, None] - keys_hi[None, :]) + (rows_lo[:, None] - keys_lo[None, :])
+    S.addcmul_(factor[:, None], bias)
 
 
 def _build_kernel() -> Any:
@@ -215,8 +238,7 @@ def softmax_lse_entropy(
             S = buf[: n_rows * (t1 - t0)].view(n_rows, t1 - t0)
             torch.mm(job.qs[bh, r0:r1], job.kf[bh, t0:t1].t(), out=S)
             if cum is not None:  # θ·(c_pos − c_j), θ per row
-                bias = cum[bh, positions[r0:r1], None] - cum[bh, None, t0:t1]
-                S += (bias * torch.from_numpy(row_factor[bh, r0:r1])[:, None]).float()
+                add_cumulative_bias(S, cum[bh], positions[r0:r1], t0, torch.from_numpy(row_factor[bh, r0:r1]))
             kernel(S.numpy(), t0, job.pos[r0:r1], last[r0:r1], row_slope, top[bh, r0:r1], total[bh, r0:r1],
                    moment[bh, r0:r1])
         return 0

@@ -143,6 +143,16 @@ if numba is not None:
         return k
 
     @njit(cache=True, fastmath=FASTMATH, nogil=True)
+    def add_row_key_bias(S, row_hi, row_lo, key_hi, key_lo, factor):  # noqa: ANN001, ANN201
+        """S[r, j] += factor[r]·((row_hi[r] − key_hi[j]) + (row_lo[r] − key_lo[j])), in one pass: a
+        float64 bias c_r − c_j carried as float32 parts (``cpu/entropy.py``, ``add_cumulative_bias``)."""
+        R, L = S.shape
+        for r in range(R):
+            hi, lo, f = row_hi[r], row_lo[r], factor[r]
+            for j in range(L):
+                S[r, j] += f * ((hi - key_hi[j]) + (lo - key_lo[j]))
+
+    @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def count_above(S, pos, slope, thr, out):  # noqa: ANN001, ANN201
         """out[r] = #{j ≤ pos[r] : S[r, j] − slope·(pos[r] − j) > thr[r]} (a softmax row's support)."""
         R, L = S.shape

@@ -54,7 +54,7 @@ from lengthgen.functional.precision import compute_dtype
 from lengthgen.functional.temperature import theta_from_entropy
 from lengthgen.kernels import chunking
 from lengthgen.kernels.cpu.blocks import run_blocks
-from lengthgen.kernels.cpu.entropy import softmax_lse_entropy
+from lengthgen.kernels.cpu.entropy import add_cumulative_bias, softmax_lse_entropy
 from lengthgen.kernels.cpu.jit import COUNT_ABOVE
 from lengthgen.kernels.diagnostics import normalize_entropy as _normalize
 from lengthgen.kernels.normalizers import AdaptiveTemperature, Normalizer
@@ -508,7 +508,7 @@ def _count_above(qs: Tensor, k: Tensor, prob: AttnProblem, threshold: Tensor, nu
         torch.mm(qf[b, h, start : start + rows], kf[b, h, :keys].t(), out=scores)
         row_pos = pos[start : start + rows]
         if cum is not None:
-            scores += (cum[b, h, row_pos][:, None] - cum[b, h, None, :keys]).float()
+            add_cumulative_bias(scores, cum[b, h], row_pos, 0)
         if kernel is not None:
             kernel(scores.numpy(), row_pos.numpy(), slopes[h], thr[b, h, start : start + rows].numpy(),
                    counts[b, h, start : start + rows].numpy())
