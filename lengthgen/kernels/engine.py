@@ -24,6 +24,14 @@ output and, on request, the diagnostics (``lengthgen.kernels.diagnostics``). It 
 * ``flex`` — plain softmax on CUDA through ``torch.nn.attention.flex_attention``
   (``triton/flex_softmax.py``).
 
+Two additions reach these paths from the plugin API. A cumulative bias (``bias_increments``: a
+per-position, data-dependent ALiBi, Forgetting Attention's gates) runs on the softmax family's
+fused and flex paths; every other normalizer takes the generic paths with it. Stick-breaking rows
+(``StickBreaking``: order-dependent, built nearest key first) have paths of their own: ``chunked``
+walks key tiles from the query outwards carrying the reverse cumulative sum
+(``reference/stickbreaking.py``, also CUDA's), ``fused`` is its numba kernel on float32 CPU
+tensors (``cpu/stickbreaking.py``).
+
 ``auto`` chooses; a fused kernel that cannot run (numba or triton missing, an old torch) falls
 back to the exact torch path with one ``KernelFallbackWarning`` per process and cause. Each kernel
 says itself whether it can run; only this module decides what runs.

@@ -35,6 +35,13 @@ How:
   (slope ≈ 2) and θ·z turn into output errors up to about 2e-5 on peaked rows, against about
   1e-6 for plain softmax; an fp64 first pass cost 3.2× the fp32 one.
 
+A cumulative bias c_i − c_j (Forgetting Attention's gates, ``problem.py``) enters like a slope: one
+more channel, c_ref − c_j with c_ref at the block's first row (taken in float64, so small for the
+keys near the block), and c_i − c_ref added back to the log-sum-exp; the later keys of a block are
+scored directly, each row against its own reference. Where c spans at most ``FOLD_RANGE`` the
+heads without a slope keep their one causal call (reference c_0); where it never increases (log
+gates) it gets a window like ALiBi's, from the first key within reach of the row's own key.
+
 Diagnostics: the entropy of the diagnostic rows from one more entropy pass over just those rows
 (the same first-pass machinery, with their θ), their support by counting, on BLAS score blocks,
 the keys whose p = exp(θz − LSE) is a positive float32.
