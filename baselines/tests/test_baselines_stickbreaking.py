@@ -60,7 +60,7 @@ def test_every_path_equals_the_definition(current: str, slopes: torch.Tensor | N
 
 @pytest.mark.parametrize("regime", ["random", "peaked", "far"])
 def test_long_rows_carry_the_stick_across_key_tiles(regime: str) -> None:
-    """1,500 keys in tiles of 512 (the fused kernel) and of the chunking budget (the torch path),
+    """1,500 keys in several key tiles (the fused kernel and the torch path, default tile sizes),
     nearest tile first; sampled rows against the definition."""
     layer = StickBreakingAttention(SPEC).eval()
     q, k, v, x = inputs(1500, regime, seed=2)
