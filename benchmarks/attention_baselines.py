@@ -30,13 +30,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import subprocess
-import sys
 import time
 from typing import Any
 
-from attention_cpu import _format, _reset_peak, _status_kib
+from attention_cpu import _reset_peak, _status_kib, drive
 
 REGIMES = ("fox-forget", "fox-slow", "fox-open", "sb-random", "sb-far")
 #: Mean forget-gate logit per FoX regime.
@@ -141,33 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(rows))
         return 0
 
-    import torch
-
-    load = tuple(round(x, 2) for x in os.getloadavg())
-    print(f"# cpus={os.cpu_count()} threads={torch.get_num_threads()} load={load} B=1 H=4 D=32 causal "
-          f"torch {torch.__version__}", flush=True)
-    all_rows: list[dict[str, Any]] = []
-    for n in args.sizes:
-        for regime in args.regimes:
-            cmd = [sys.executable, __file__, "--child", f"{n}:{regime}", "--reps", str(args.reps),
-                   "--seed", str(args.seed)]
-            if args.impls:
-                cmd += ["--impls", *args.impls]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            found = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-            if proc.returncode != 0 or not found:
-                print(f"# N={n} {regime}: failed (rc={proc.returncode})\n{proc.stderr[-2000:]}", flush=True)
-                continue
-            rows = json.loads(found[-1][len("RESULT ") :])
-            all_rows.extend(rows)
-            print(_format(rows).split("\n", 2)[2] if all_rows != rows else _format(rows), flush=True)
-    print()
-    print(_format(all_rows))
-    print(f"# load after: {tuple(round(x, 2) for x in os.getloadavg())}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(all_rows, fh, indent=1)
-    return 0
+    return drive(__file__, args)
 
 
 if __name__ == "__main__":

@@ -193,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(run_case(int(n), regime, impls, args.reps, args.seed)))
         return 0
 
+    return drive(__file__, args)
+
+
+def drive(script: str, args: argparse.Namespace) -> int:
+    """Every (size, regime) of ``args`` in a fresh ``script --child`` process, each case's rows
+    printed as it comes, then all of them (and, with ``args.json``, written there)."""
     import torch
 
     load = tuple(round(x, 2) for x in os.getloadavg())
@@ -201,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     all_rows: list[dict[str, Any]] = []
     for n in args.sizes:
         for regime in args.regimes:
-            cmd = [sys.executable, __file__, "--child", f"{n}:{regime}", "--reps", str(args.reps),
+            cmd = [sys.executable, script, "--child", f"{n}:{regime}", "--reps", str(args.reps),
                    "--seed", str(args.seed)]
             if args.impls:
                 cmd += ["--impls", *args.impls]

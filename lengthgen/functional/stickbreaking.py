@@ -41,8 +41,9 @@ def stick_breaking(scores: torch.Tensor, current: Current = "leftover") -> torch
         raise ValueError(f"current must be one of {', '.join(CURRENT)}, got {current!r}")
     z = scores.to(compute_dtype(scores.dtype))
     visible = z > float("-inf")
-    later = visible.flip(-1).cumsum(-1).flip(-1) - visible.long()  # visible keys after each key
-    own = visible & (later == 0)
+    keys = torch.arange(z.shape[-1], device=z.device)
+    last = z.shape[-1] - 1 - visible.flip(-1).to(torch.uint8).argmax(-1, keepdim=True)  # the last visible
+    own = visible & (keys == last)
     breaking = visible & ~own if current == "leftover" else visible
     safe = z.masked_fill(~breaking, 0.0)  # finite everywhere: no NaN in the unused branch's gradient
     log_keep = torch.where(breaking, -F.softplus(safe), 0.0)

@@ -146,7 +146,7 @@ def _choose(q: Tensor, prob: AttnProblem, normalizer: Normalizer, grad: bool) ->
     scan = isinstance(normalizer, StickBreaking)
     # of the fused kernels only softmax's take a cumulative bias; other normalizers run generically
     if scan or (prob.cumulative is not None and not normalizer.softmax_like):
-        if chunking.should_materialize(prob.B * prob.H * prob.Nq * prob.Nk, grad):
+        if chunking.should_materialize(prob.B * prob.H * prob.Nq * prob.Nk, grad, heavy=True):
             return "materialized"
         if scan and not cuda and compute_dtype(q.dtype) == torch.float32:
             return _fused_or_chunked(normalizer, prob)
@@ -167,7 +167,7 @@ def _choose(q: Tensor, prob: AttnProblem, normalizer: Normalizer, grad: bool) ->
             return "materialized"
         return _fused_or_chunked(normalizer, prob)
     entries = prob.B * prob.H * prob.Nq * prob.Nk
-    if chunking.should_materialize(entries, grad):
+    if chunking.should_materialize(entries, grad, heavy=prob.cumulative is not None):
         return "materialized"
     if cuda:
         if not isinstance(normalizer, Softmax):

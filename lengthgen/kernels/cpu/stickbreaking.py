@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lengthgen.kernels.cpu import jit
 from lengthgen.kernels.cpu.blocks import run_blocks
 from lengthgen.kernels.cpu.jit import FASTMATH, Kernel
 from lengthgen.kernels.diagnostics import normalize_entropy
@@ -49,31 +50,32 @@ LOG1P_OVER_T = (
 )
 
 
-def _build_kernel() -> Any:
-    """Define the tile kernels (numba compiles them, or loads them from its cache, on the first call)."""
-    from lengthgen.kernels.cpu.jit import exp_f32, njit
+_C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8 = (np.float32(c) for c in LOG1P_OVER_T)
 
-    c0, c1, c2, c3, c4, c5, c6, c7, c8 = (np.float32(c) for c in LOG1P_OVER_T)
+# The kernels live at module level, not in a closure built on first use: numba's cache keeps them
+# across processes only so (defined in a closure they compiled again in every process, 8 s).
+if jit.NUMBA_ERROR is None:
+    _exp, _njit = jit.exp_f32, jit.njit
 
-    @njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
-    def log1p_unit(t):  # noqa: ANN001, ANN202
+    @_njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
+    def _log1p_unit(t):  # noqa: ANN001, ANN202
         """log(1 + t) for float32 t in [0, 1], to a relative 1.5e-7 (tiny t included)."""
-        p = c8
-        p = p * t + c7
-        p = p * t + c6
-        p = p * t + c5
-        p = p * t + c4
-        p = p * t + c3
-        p = p * t + c2
-        p = p * t + c1
-        p = p * t + c0
+        p = _C8
+        p = p * t + _C7
+        p = p * t + _C6
+        p = p * t + _C5
+        p = p * t + _C4
+        p = p * t + _C3
+        p = p * t + _C2
+        p = p * t + _C1
+        p = p * t + _C0
         return t * p
 
     # Each loop below writes at most two arrays: LLVM vectorizes a loop only when it can check at
     # run time that its arrays do not overlap, and gives up past a handful of such checks (one loop
     # doing all of it ran 20 ns per score, scalar; split, about 1 ns).
-    @njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
-    def logs(z_row, start, run, keep, log_w):  # noqa: ANN001, ANN202
+    @_njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
+    def _logs(z_row, start, run, keep, log_w):  # noqa: ANN001, ANN202
         """Per row: log(1 − β) into keep, log w = start + run + log β into log_w.
 
         e^(−|z|) is taken at |z| ≤ 40 at most: beyond, the term it adds is below 4e-18, and smaller
@@ -81,25 +83,25 @@ def _build_kernel() -> Any:
         costs a hundred cycles per value (measured: the masked half of a tile as long as the rest)."""
         for r in range(z_row.shape[0]):
             z = z_row[r]
-            lg = log1p_unit(exp_f32(-min(abs(z), np.float32(40.0))))
+            lg = _log1p_unit(_exp(-min(abs(z), np.float32(40.0))))
             keep[r] = -(max(z, np.float32(0.0)) + lg)
             log_w[r] = (start[r] + run[r]) - (max(-z, np.float32(0.0)) + lg)
 
-    @njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
-    def weights(log_w, w_row, zero_below):  # noqa: ANN001, ANN202
+    @_njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
+    def _weights(log_w, w_row, zero_below):  # noqa: ANN001, ANN202
         """w = e^(log w), 0 at or below ``zero_below`` (where float32's e^x is 0). Not torch's exp:
         its subnormal results and its −1e30 arguments cost 10-40 ns each (measured)."""
         for r in range(log_w.shape[0]):
             x = log_w[r]
-            w_row[r] = exp_f32(x) if x > zero_below else np.float32(0.0)
+            w_row[r] = _exp(x) if x > zero_below else np.float32(0.0)
 
-    @njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
-    def add(run, keep):  # noqa: ANN001, ANN202
+    @_njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
+    def _add(run, keep):  # noqa: ANN001, ANN202
         for r in range(run.shape[0]):
             run[r] += keep[r]
 
-    @njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
-    def tile(ST, base, W, zero_below):  # noqa: ANN001, ANN202
+    @_njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
+    def _tile(ST, base, W, zero_below):  # noqa: ANN001, ANN202
         """One tile of C keys for R rows, scores ST (C, R) transposed, nearest key last.
 
         ``base`` (R,) float64 is each row's log-stick left by the nearer tiles and gets this tile's
@@ -114,28 +116,33 @@ def _build_kernel() -> Any:
         log_w = np.empty(R, np.float32)
         for jj in range(C):
             j = C - 1 - jj
-            logs(ST[j], start, run, keep, log_w)
-            weights(log_w, W[j], zero_below)
+            _logs(ST[j], start, run, keep, log_w)
+            _weights(log_w, W[j], zero_below)
             ST[j, :] = log_w
-            add(run, keep)
+            _add(run, keep)
         top = -np.inf
         for r in range(R):
             base[r] += np.float64(run[r])
             top = max(top, base[r])
         return top
 
-    @njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
-    def tally(LW, rows, ent, sup, zero_below):  # noqa: ANN001, ANN202
+    @_njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
+    def _tally(LW, rows, ent, sup, zero_below):  # noqa: ANN001, ANN202
         """For the diagnostic rows (columns of the log-weights LW): −Σ w·log w and #{w > 0}, w = e^(log w)
         as float32 holds it (0 at or below ``zero_below``); a few columns, key by key."""
         for j in range(LW.shape[0]):
             for r in rows:
                 x = LW[j, r]
                 if x > zero_below:
-                    ent[r] -= exp_f32(x) * x
+                    ent[r] -= _exp(x) * x
                     sup[r] += 1.0
 
-    return tile, tally
+
+def _build_kernel() -> Any:
+    """The tile kernels (numba compiles them, or loads them from its cache, on the first call)."""
+    if jit.NUMBA_ERROR is not None:
+        raise jit.NUMBA_ERROR
+    return _tile, _tally
 
 
 def _check(kernels: Any) -> None:
