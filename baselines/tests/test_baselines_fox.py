@@ -42,7 +42,7 @@ def inputs(n: int, seed: int = 1) -> tuple[torch.Tensor, ...]:
 def definition(layer: ForgettingAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, x: torch.Tensor,
                rows: torch.Tensor, slopes: torch.Tensor | None) -> torch.Tensor:
     """The float64 definition, with the gates computed here from the layer's weights."""
-    w, b = layer.gate.weight.double(), layer.gate.bias.double()
+    w, b = layer.gate.weight.detach().double(), layer.gate.bias.detach().double()
     logits = x.double() @ w.t() + b  # (B, N, H)
     log_f = [[[math.log(1.0 / (1.0 + math.exp(-float(logits[bb, t, h])))) for t in range(x.shape[1])]
               for h in range(H)] for bb in range(B)]
