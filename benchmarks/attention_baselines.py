@@ -27,13 +27,11 @@ max |error| against the engine's materialized path in float64 on sampled rows.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import time
 from typing import Any
 
-from attention_cpu import _reset_peak, _status_kib, drive
+from attention_cpu import drive, parser, timed
 
 REGIMES = ("fox-forget", "fox-slow", "fox-open", "sb-random", "sb-far")
 #: Mean forget-gate logit per FoX regime.
@@ -87,20 +85,12 @@ def run_case(n: int, regime: str, impls: list[str], reps: int, seed: int) -> lis
         for name in impls:
             if name not in calls or (name == "torch" and n > TORCH_MAX):
                 continue
-            times, growth, out = [], 0, None
-            for _ in range(1 if n > 16384 else reps):
-                out = None
-                _reset_peak()
-                rss0 = _status_kib("VmRSS")
-                t0 = time.perf_counter()
-                out = calls[name]()
-                times.append(time.perf_counter() - t0)
-                growth = max(growth, _status_kib("VmHWM") - rss0)
+            seconds, peak_mib, out = timed(calls[name], 1 if n > 16384 else reps)
             err = None
             if name != "sdpa" and out is not None:
                 err = float((out[:, :, rows].double() - _reference(q, k, v, inc, norm, rows)).abs().max())
-            results.append({"n": n, "regime": regime, "impl": name, "seconds": min(times),
-                            "peak_mib": growth / 1024, "max_err": err})
+            results.append({"n": n, "regime": regime, "impl": name, "seconds": seconds,
+                            "peak_mib": peak_mib, "max_err": err})
     return results
 
 
@@ -122,15 +112,7 @@ def _reference(q: Any, k: Any, v: Any, inc: Any, norm: Any, rows: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="*", default=[16384, 65536], help="sequence lengths")
-    ap.add_argument("--regimes", nargs="*", default=list(REGIMES), choices=list(REGIMES))
-    ap.add_argument("--impls", nargs="*", default=None, choices=list(IMPLS), help="subset of the rows")
-    ap.add_argument("--reps", type=int, default=3, help="repeats per case (1 above N = 16384)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", help="also write the rows to this JSON file")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    args = parser(__doc__, REGIMES, IMPLS).parse_args(argv)
 
     if args.child:
         n, regime = args.child.split(":")
