@@ -144,23 +144,29 @@ def run_case(n: int, regime: str, impls: list[str], reps: int, seed: int) -> lis
                 continue
             if name == "entmax15" and n > MATERIALIZE_MAX:
                 continue
-            times, growth, out = [], 0, None
-            for _ in range(1 if n > 16384 or name == "entmax15" else reps):
-                out = None
-                _reset_peak()
-                rss0 = _status_kib("VmRSS")
-                t0 = time.perf_counter()
-                out = calls[name]()
-                times.append(time.perf_counter() - t0)
-                growth = max(growth, _status_kib("VmHWM") - rss0)
+            seconds, peak_mib, out = timed(calls[name], 1 if n > 16384 or name == "entmax15" else reps)
             err = None
             if name in refs and out is not None:
                 normalizer, qq, slopes = refs[name]
                 want = _reference(qq, k, v, rows, normalizer, slopes)
                 err = float((out[:, :, rows].double() - want).abs().max())
-            results.append({"n": n, "regime": regime, "impl": name, "seconds": min(times),
-                            "peak_mib": growth / 1024, "max_err": err})
+            results.append({"n": n, "regime": regime, "impl": name, "seconds": seconds,
+                            "peak_mib": peak_mib, "max_err": err})
     return results
+
+
+def timed(call: Any, repeats: int) -> tuple[float, float, Any]:
+    """(best seconds, peak resident-memory growth in MiB, last output) of ``repeats`` calls."""
+    times, growth, out = [], 0, None
+    for _ in range(repeats):
+        out = None
+        _reset_peak()
+        rss0 = _status_kib("VmRSS")
+        t0 = time.perf_counter()
+        out = call()
+        times.append(time.perf_counter() - t0)
+        growth = max(growth, _status_kib("VmHWM") - rss0)
+    return min(times), growth / 1024, out
 
 
 def _format(rows: list[dict[str, Any]]) -> str:
@@ -176,16 +182,23 @@ def _format(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(
+    doc: str | None, regimes: tuple[str, ...], impls: tuple[str, ...] | None = None
+) -> argparse.ArgumentParser:
+    """The options of an attention benchmark driven by ``drive``; ``impls``: the valid row names."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="*", default=[16384, 65536], help="sequence lengths")
-    ap.add_argument("--regimes", nargs="*", default=list(REGIMES), choices=list(REGIMES))
-    ap.add_argument("--impls", nargs="*", default=None, help="subset of the rows to time")
+    ap.add_argument("--regimes", nargs="*", default=list(regimes), choices=list(regimes))
+    ap.add_argument("--impls", nargs="*", default=None, choices=impls, help="subset of the rows to time")
     ap.add_argument("--reps", type=int, default=3, help="repeats per case (1 above N = 16384)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the rows to this JSON file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser(__doc__, REGIMES).parse_args(argv)
 
     if args.child:
         n, regime = args.child.split(":")
@@ -193,6 +206,12 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(run_case(int(n), regime, impls, args.reps, args.seed)))
         return 0
 
+    return drive(__file__, args)
+
+
+def drive(script: str, args: argparse.Namespace) -> int:
+    """Every (size, regime) of ``args`` in a fresh ``script --child`` process, each case's rows
+    printed as it comes, then all of them (and, with ``args.json``, written there)."""
     import torch
 
     load = tuple(round(x, 2) for x in os.getloadavg())
@@ -201,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     all_rows: list[dict[str, Any]] = []
     for n in args.sizes:
         for regime in args.regimes:
-            cmd = [sys.executable, __file__, "--child", f"{n}:{regime}", "--reps", str(args.reps),
+            cmd = [sys.executable, script, "--child", f"{n}:{regime}", "--reps", str(args.reps),
                    "--seed", str(args.seed)]
             if args.impls:
                 cmd += ["--impls", *args.impls]

@@ -21,8 +21,22 @@ scores, e.g. a learned length-aware scale; use ``spec.scaled_mask()`` / ``self.s
 leave NAPE's ALiBi heads alone and ``log_visible`` for log n), ``__init__(spec, options)`` for
 parameters (call ``super().__init__`` first; ``spec`` is the ``LayerSpec``), and ``attend`` to
 replace the execution path altogether (a fused kernel: it must then equal
-``normalize(score_block(...)) @ v`` and feed ``row_diagnostics`` of the diagnostic rows into
+``normalize(score_block(...)) @ v`` and feed ``row_diagnostics`` of the ``diagnostic_rows`` into
 ``stats``, which ``lengthgen.testing.check_backend`` verifies).
+
+Two more hooks reach the engine's fused kernels (added in API version 1, without changing any
+name above):
+
+* ``cumulative_bias(x)``: increments g (B, H, N) from the layer input at *every* position; query i's
+  score on key j gets Σ_{j<t≤i} g_t = c_i − c_j (a per-position generalization of ALiBi's constant
+  slope; Forgetting Attention's log forget gates). The engine sums c in float64 and runs it on
+  every path, the CPU flash kernel and FlexAttention included.
+* ``normalizer()``: return ``SoftmaxRows()`` or ``StickBreakingRows(current=...)`` instead of the
+  default (your ``normalize`` on the generic paths) to run on the engine's fused kernels.
+  ``StickBreakingRows`` is an order-dependent, possibly unnormalized row: keys, nearest first, break
+  off σ(z) of what the nearer keys left (Tan et al., 2025); its long-sequence path walks key tiles
+  from the query outwards, carrying the reverse cumulative sum. ``normalize`` should then return
+  ``self.normalizer().probs(scores)``, the definition.
 
 What a backend gets for free: causal masking; the position schemes (NAPE, ALiBi, RoPE, NoPE);
 the attention engine's materialized path for training and exact chunked path that evaluates at
@@ -71,6 +85,10 @@ from lengthgen.attention.backend import (
     score_block,
 )
 from lengthgen.functional.positions import log_visible
+from lengthgen.kernels.diagnostics import diagnostic_rows
+from lengthgen.kernels.normalizers import Normalizer
+from lengthgen.kernels.normalizers import Softmax as SoftmaxRows
+from lengthgen.kernels.normalizers import StickBreaking as StickBreakingRows
 from lengthgen.registry import PluginLoadError, PluginWarning, RegistryError, UnknownNameError
 from lengthgen.tasks import TASKS, get_task, register_task
 from lengthgen.tasks.base import Task, TaskBatch, TaskConfig, TaskInputError, Vocab, seq2seq_view
@@ -85,9 +103,12 @@ __all__ = [
     "AttentionStats",
     "BackendOptions",
     "LayerSpec",
+    "Normalizer",
     "PluginLoadError",
     "PluginWarning",
     "RegistryError",
+    "SoftmaxRows",
+    "StickBreakingRows",
     "TASKS",
     "Task",
     "TaskBatch",
@@ -95,6 +116,7 @@ __all__ = [
     "TaskInputError",
     "UnknownNameError",
     "Vocab",
+    "diagnostic_rows",
     "get_task",
     "log_visible",
     "register_attention",

@@ -188,15 +188,17 @@ LOG_HELP = "Stream learning curves and per-length results to tensorboard or wand
 
 @app.command("attns")
 def attns_command() -> None:
-    """List the attention backends and the position schemes."""
+    """List the attention backends (a plugin's with its package and version) and the position schemes."""
     from lengthgen.attention import ATTENTION
     from lengthgen.attention.positions import POSITION_SCHEMES
+    from lengthgen.provenance import package_of
 
     entries = list(ATTENTION.entries())
     width = max([len(e.name) for e in entries] + [len(n) for n in POSITION_SCHEMES])
     typer.echo("attention backends (--attn):")
     for entry in entries:
-        typer.echo(f"  {entry.name:<{width}}  {entry.obj.description}")
+        package = None if entry.builtin else package_of(entry.obj)
+        typer.echo(f"  {entry.name:<{width}}  {entry.obj.description}" + (f" [{package}]" if package else ""))
     for name, error in sorted(ATTENTION.broken.items()):
         typer.echo(f"  {name:<{width}}  [broken plugin] {error}")
     typer.echo("position schemes (--pos):")

@@ -66,7 +66,9 @@ class SelfAttention(nn.Module):
         v = self._heads(F.linear(x, v_w))
         if self.scheme.rope:
             q, k = apply_rope(q, q_pos), apply_rope(k, positions)
-        y = self.backend(q, k, v, x_q, q_pos, self.slopes, stats)
+        # the layer input at every key position, for a backend with a cumulative bias (FoX's gates)
+        keys = {"x_keys": x} if query_positions is not None and self.backend.has_cumulative_bias() else {}
+        y = self.backend(q, k, v, x_q, q_pos, self.slopes, stats, **keys)
         return self.out(y.transpose(1, 2).reshape(b, -1, d))
 
 

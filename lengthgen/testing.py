@@ -16,7 +16,8 @@ The checks, on tiny shapes (a second or two on a CPU):
 
 * ``weights``    rows of ``normalize`` are finite, non-negative, exactly zero on masked (future)
                  keys and sum to 1 (``normalized=False`` for e.g. sigmoid attention: each ≤ 1);
-* ``reference``  the execution path equals ``normalize(scores) @ v`` computed by hand;
+* ``reference``  the execution path equals ``normalize(scores) @ v`` computed by hand (the scores
+                 with the backend's ``cumulative_bias``, when it has one);
 * ``paths``      the chunked long-evaluation path equals the materialized one (outputs and
                  attention diagnostics), with one and with several query rows per chunk;
 * ``subset``     computing only some query rows equals slicing the full computation;
@@ -199,7 +200,9 @@ def check_reference(backend: BackendLike, **options: Any) -> None:
             got = layer(t["q"], t["k"], t["v"], t["x"], t["q_pos"], t["slopes"])
             scale = layer.query_scale(t["x"], t["q_pos"])
             q = t["q"] if scale is None else t["q"] * scale.unsqueeze(-1)
-            scores = score_block(q, t["k"], t["q_pos"], t["slopes"], 1.0 / math.sqrt(D_HEAD))
+            increments = layer.cumulative_bias(t["x"])
+            cum = None if increments is None else torch.cumsum(increments.double(), dim=-1)
+            scores = score_block(q, t["k"], t["q_pos"], t["slopes"], 1.0 / math.sqrt(D_HEAD), cumulative=cum)
             want = torch.matmul(layer.normalize(scores), t["v"])
         _close(got, want, f"reference ({mode} mode): attend vs normalize(scores) @ v", atol=1e-4)
 
@@ -230,12 +233,13 @@ def check_subset(backend: BackendLike, pos: str = "nape", **options: Any) -> Non
     layer = make_backend(backend, pos, options)
     t = _inputs(pos, 4)
     rows = torch.tensor([0, 3, 4, 10, SEQ - 1])
+    keys = {"x_keys": t["x"]} if layer.has_cumulative_bias() else {}  # a cumulative bias reads every key
     for mode in _modes(layer):
         with torch.no_grad():
             full = layer(t["q"], t["k"], t["v"], t["x"], t["q_pos"], t["slopes"])[:, :, rows]
         for entries in [None, *_chunk_settings(SEQ)]:
             with forced_chunking(entries) if entries else _nothing(), torch.no_grad():
-                part = layer(t["q"][:, :, rows], t["k"], t["v"], t["x"][:, rows], rows, t["slopes"])
+                part = layer(t["q"][:, :, rows], t["k"], t["v"], t["x"][:, rows], rows, t["slopes"], **keys)
             _close(part, full, f"subset ({pos}, {mode} mode, chunk budget {entries or 'none'})")
 
 

@@ -1,5 +1,7 @@
-"""Every built-in backend passes the generic suite plugin authors run (``lengthgen.testing``),
-and the suite catches the classic mistakes (leaking the mask, length-dependent chunks, NaN grads).
+"""Every built-in backend, and every backend an installed distribution registers by entry point
+(the example plugin, ``lengthgen-baselines``), passes the generic suite plugin authors run
+(``lengthgen.testing``), and the suite catches the classic mistakes (leaking the mask,
+length-dependent chunks, NaN grads).
 """
 
 from __future__ import annotations
@@ -44,6 +46,25 @@ def _params() -> list[object]:
 @pytest.mark.parametrize("name", _params())
 def test_builtin_backend_passes_suite(name: str) -> None:
     assert check_backend(name) == list(CHECKS)
+
+
+def _installed_plugins() -> list[str]:
+    """Names registered through the ``lengthgen.attention`` entry points of installed distributions
+    (only those that load: a broken plugin is the registry's business, tests/test_plugins.py)."""
+    ATTENTION.names()
+    return sorted(entry.name for entry in ATTENTION._entries.values()
+                  if not entry.builtin and entry.origin.startswith("entry point"))
+
+
+@pytest.mark.parametrize("name", _installed_plugins())
+def test_installed_plugin_backend_passes_suite(name: str) -> None:
+    assert check_backend(name) == list(CHECKS)
+
+
+def test_baselines_are_among_the_installed_plugins() -> None:
+    """``lengthgen-baselines`` (the README installs it) registers FoX and stick-breaking."""
+    pytest.importorskip("lengthgen_baselines", reason="not installed: pip install -e baselines")
+    assert {"fox", "stickbreaking"} <= set(_installed_plugins())
 
 
 def test_builtins_found() -> None:

@@ -5,6 +5,7 @@ its commands. The runs are tiny (a few training steps, a handful of test samples
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import textwrap
 from pathlib import Path
@@ -428,6 +429,14 @@ def test_a_grid_screened_in_part_shows_its_best_point_so_far_as_provisional(tmp_
     assert selections(tmp_path / "page2")["flip_flop"] == "best mean 1× validation of 2 settings on seed 0"
 
 
+#: The backends of lengthgen-baselines, planned on the board and not yet run.
+BASELINES = {"fox", "stickbreaking"}
+needs_baselines = pytest.mark.skipif(
+    importlib.util.find_spec("lengthgen_baselines") is None,
+    reason="the published plan names lengthgen-baselines' backends: pip install -e baselines")
+
+
+@needs_baselines
 def test_the_published_plan_builds_and_the_board_holds_only_its_runs() -> None:
     """leaderboard/plan.toml is valid, and every committed board run is one of its runs: the board
     compares the plan's settings (grids chosen per backend on validation), not hand-tuned runs."""
@@ -497,3 +506,33 @@ def test_a_bad_variant_is_one_line(tmp_path: Path, variant: str, message: str) -
                             f"variants = [{variant}]")
     with pytest.raises(UserError, match=message):
         load_plan(write_plan(tmp_path, text=text))
+
+
+@needs_baselines
+def test_the_baselines_are_planned_on_every_grid_of_the_board() -> None:
+    """Every sweep of the published plan has a twin running FoX and stick-breaking at pos nope (the
+    papers' setting) with the same task, preset, seeds, task parameters, settings, grid and
+    screening."""
+    plan = load_plan(REPO / "leaderboard" / "plan.toml")
+    others = [s for s in plan.sweep if not BASELINES & set(s.attn)]
+    twins = [s for s in plan.sweep if BASELINES & set(s.attn)]
+    assert others and len(twins) == len(others)
+    for sweep in others:
+        twin = next(t for t in twins if t.task == sweep.task)
+        assert set(twin.attn) == BASELINES and twin.pos == ("nope",), twin.name
+        same = ("preset", "seeds", "set", "grid", "param", "attn_option", "screen")
+        assert {f: getattr(twin, f) for f in same} == {f: getattr(sweep, f) for f in same}, twin.name
+
+
+@needs_baselines
+def test_the_committed_board_misses_nothing_but_the_baselines_runs() -> None:
+    """The published board is complete for the paper's five backends; what ``--dry-run`` lists is the
+    baselines' runs, every one of them, until the campaign records them."""
+    states = survey(load_plan(REPO / "leaderboard" / "plan.toml"), REPO / "leaderboard")
+    complete = [st for st in states if st.block.attn not in BASELINES]
+    planned = [st for st in states if st.block.attn in BASELINES]
+    assert complete and all(not st.work and not st.waiting for st in complete), \
+        [st.block.label for st in complete if st.work or st.waiting]
+    assert {st.block.attn for st in planned} == BASELINES
+    assert {st.block.task for st in planned} == {st.block.task for st in complete}
+    assert all(st.work and all(w.config.attn in BASELINES for w in st.work) for st in planned)

@@ -3,10 +3,13 @@
 The model hands every backend the same things — q, k, v of shape (B, H, N, D), the normalized
 layer input x for the query rows, the absolute positions of those rows and the per-head ALiBi
 slopes — and never needs to know which backend it carries. A backend chooses a query scale
-(``query_scale``) and a row normalizer (``normalize``); ``lengthgen.kernels.engine`` runs it:
-materialized scores for training, exact long-sequence paths for evaluation, never n×n memory
-there. Built-in backends also name their normalizer (``normalizer``) so the engine can use a
-fused kernel; a plugin's ``normalize`` runs on the generic exact paths.
+(``query_scale``), optionally a cumulative bias (``cumulative_bias``: per-position increments g
+whose sums Σ_{j<t≤i} g_t bias query i's score on key j, a data-dependent ALiBi) and a row
+normalizer (``normalize``); ``lengthgen.kernels.engine`` runs it: materialized scores for
+training, exact long-sequence paths for evaluation, never n×n memory there. A backend may also
+name its normalizer (``normalizer``: softmax and stick-breaking rows are public, in
+``lengthgen.api``) so the engine can use a fused kernel; any other ``normalize`` runs on the
+generic exact paths.
 """
 
 from __future__ import annotations
@@ -122,8 +125,25 @@ class AttentionBackend(nn.Module, ABC):
 
     def normalizer(self) -> Normalizer:
         """What the engine runs. By default ``normalize`` itself, on the generic exact paths;
-        built-ins return a normalizer the engine has fused kernels for."""
+        a backend returns a normalizer the engine has fused kernels for (``SoftmaxRows``,
+        ``StickBreakingRows`` of ``lengthgen.api``) to run on them."""
         return Custom(self.normalize)
+
+    def cumulative_bias(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Increments g (B, H, N) of a cumulative bias from the layer input at every position
+        ``x`` (B, N, d_model), or None (the default: no such bias).
+
+        Query i's score on key j ≤ i then gets Σ_{j<t≤i} g_t = c_i − c_j, c = cumsum(g), which the
+        engine sums in float64 (ALiBi is the constant g_t = −slope; Forgetting Attention's g_t is
+        log σ(w·x_t + b)). Non-positive increments (log-gates) also let the long-sequence paths
+        skip the keys the bias has pushed out of reach."""
+        return None
+
+    @classmethod
+    def has_cumulative_bias(cls) -> bool:
+        """True when the class defines ``cumulative_bias``: it then needs the layer input at every
+        key position, not only at the query rows (``forward``'s ``x_keys``)."""
+        return cls.cumulative_bias is not AttentionBackend.cumulative_bias
 
     # -- execution ------------------------------------------------------------------------------
     def forward(
@@ -135,11 +155,20 @@ class AttentionBackend(nn.Module, ABC):
         q_pos: torch.Tensor,
         slopes: torch.Tensor | None,
         stats: AttentionStats | None = None,
+        x_keys: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """``x`` is the layer input at the query rows; ``x_keys`` at every key position (needed only
+        by a ``cumulative_bias`` when the rows are not all positions; default ``x``)."""
         scale = self.query_scale(x, q_pos)
         if scale is not None:
             q = q * scale.unsqueeze(-1).to(q.dtype)
-        return self.attend(q, k, v, q_pos, slopes, stats)
+        increments = self.cumulative_bias(x if x_keys is None else x_keys)
+        if increments is None:
+            return self.attend(q, k, v, q_pos, slopes, stats)
+        if increments.shape[-1] != k.shape[2]:
+            raise ValueError(f"{type(self).__name__}.cumulative_bias gave {increments.shape[-1]} positions "
+                             f"for {k.shape[2]} keys: pass the layer input at every key position as x_keys")
+        return self.attend(q, k, v, q_pos, slopes, stats, bias_increments=increments)
 
     def attend(
         self,
@@ -149,10 +178,13 @@ class AttentionBackend(nn.Module, ABC):
         q_pos: torch.Tensor,
         slopes: torch.Tensor | None,
         stats: AttentionStats | None,
+        bias_increments: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Run ``normalizer()`` through the engine; ``q`` already carries the query scale."""
+        """Run ``normalizer()`` through the engine; ``q`` already carries the query scale.
+        ``bias_increments``: what ``cumulative_bias`` gave (only passed when it gave something)."""
         out, diagnostics = attend(
-            q, k, v, self.normalizer(), q_positions=q_pos, alibi_slopes=slopes, diagnostics=stats is not None
+            q, k, v, self.normalizer(), q_positions=q_pos, alibi_slopes=slopes, diagnostics=stats is not None,
+            bias_increments=bias_increments,
         )
         if stats is not None and diagnostics is not None:
             stats.add(self.spec.layer_index, diagnostics.entropy, diagnostics.support)

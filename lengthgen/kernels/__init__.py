@@ -5,8 +5,8 @@ Here: the engine, which chooses every path; the normalizer descriptions it is ha
 diagnostics (``diagnostics``) and the fallback warning (``fallback``). The paths live in one
 folder per execution target: ``reference/`` (exact torch, any device), ``cpu/`` (BLAS, numba and
 the CPU flash-attention kernel) and ``triton/`` (CUDA). All paths compute, over the keys
-j ≤ pos_i (causal), z_ij = scale·<q_i, k_j> − slope_h·(pos_i − j), p_i = normalizer(z_i) and
-o_i = Σ_j p_ij v_j.
+j ≤ pos_i (causal), z_ij = scale·<q_i, k_j> − slope_h·(pos_i − j) + c_{pos_i} − c_j (c: an optional
+cumulative bias, ``problem.py``), p_i = normalizer(z_i) and o_i = Σ_j p_ij v_j.
 
 ``entmax_attention`` is the α-entmax entry point of the engine, kept for callers that only need
 α-entmax (the Triton benchmark, tests, other projects).

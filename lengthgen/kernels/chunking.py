@@ -13,6 +13,11 @@ from itertools import accumulate
 
 #: Above this many score entries (B·H·Nq·Nk) without gradients, a long-sequence path is used.
 MATERIALIZE_LIMIT = 1 << 24
+#: ...and above this many where the whole matrix costs more per score: stick-breaking rows, whose
+#: definition takes a dozen passes over it (4 × 2,048² scores: 2-4 s materialized, 0.1-0.3 s on the
+#: key-tile scan), and a cumulative bias, whose float64 differences fill a matrix of their own
+#: (FoX at 4 × 512²: 0.37 s materialized, 0.04-0.2 s fused).
+HEAVY_MATERIALIZE_LIMIT = 1 << 20
 #: Target number of score entries per block (rows × keys × the heads the block covers).
 CHUNK_ENTRIES = 1 << 20
 #: Fewest query rows per block. Every block re-reads all visible keys and values, and its score
@@ -32,9 +37,11 @@ MAX_CHUNK_ENTRIES = 1 << 25
 BUFFER_ENTRIES = 1 << 20
 
 
-def should_materialize(entries: int, needs_grad: bool) -> bool:
-    """Materialize the whole score matrix: always for gradients, else only when it is small."""
-    return needs_grad or entries <= MATERIALIZE_LIMIT
+def should_materialize(entries: int, needs_grad: bool, heavy: bool = False) -> bool:
+    """Materialize the whole score matrix: always for gradients, else only when it is small (``heavy``:
+    a matrix that costs more per score, smaller still)."""
+    limit = min(MATERIALIZE_LIMIT, HEAVY_MATERIALIZE_LIMIT) if heavy else MATERIALIZE_LIMIT
+    return needs_grad or entries <= limit
 
 
 def chunk_rows(entries_per_row: int, reused_buffer: bool = False) -> int:

@@ -24,6 +24,14 @@ output and, on request, the diagnostics (``lengthgen.kernels.diagnostics``). It 
 * ``flex`` — plain softmax on CUDA through ``torch.nn.attention.flex_attention``
   (``triton/flex_softmax.py``).
 
+Two additions reach these paths from the plugin API. A cumulative bias (``bias_increments``: a
+per-position, data-dependent ALiBi, Forgetting Attention's gates) runs on the softmax family's
+fused and flex paths; every other normalizer takes the generic paths with it. Stick-breaking rows
+(``StickBreaking``: order-dependent, built nearest key first) have paths of their own: ``chunked``
+walks key tiles from the query outwards carrying the reverse cumulative sum
+(``reference/stickbreaking.py``, also CUDA's), ``fused`` is its numba kernel on float32 CPU
+tensors (``cpu/stickbreaking.py``).
+
 ``auto`` chooses; a fused kernel that cannot run (numba or triton missing, an old torch) falls
 back to the exact torch path with one ``KernelFallbackWarning`` per process and cause. Each kernel
 says itself whether it can run; only this module decides what runs.
@@ -47,6 +55,7 @@ from lengthgen.kernels.normalizers import (
     Entmax,
     Normalizer,
     Softmax,
+    StickBreaking,
     TopK,
     alpha_per_head,
     is_differentiable_parameter,
@@ -80,12 +89,15 @@ def attend(
     causal: bool = True,
     diagnostics: bool = False,
     impl: Impl = "auto",
+    bias_increments: Tensor | None = None,
 ) -> tuple[Tensor, Diagnostics | None]:
     """Attention of (B, H, Nq, D) queries over (B, H, Nk, D) keys and (B, H, Nk, Dv) values.
 
     q_positions: (Nq,) absolute positions of the query rows (default: the last Nq positions).
     alibi_slopes: (H,) or None; slope 0 means no bias on that head. scale: default 1/sqrt(D); a
     per-row query scale is folded into q by the caller. causal: key j visible iff j ≤ pos_i.
+    bias_increments: (B, H, Nk) increments g of a cumulative bias, or None: query i's score on key
+    j gets Σ_{j<t≤pos_i} g_t (``problem.py``; a constant −slope is ALiBi).
     Returns the output in v's dtype and, with ``diagnostics``, the entropy and support of the
     diagnostic rows. Raises ValueError for bad arguments: integer inputs, and (without gradients)
     NaN or infinite ones.
@@ -93,9 +105,14 @@ def attend(
     if impl not in IMPLS:
         raise ValueError(f"unknown impl {impl!r}; choose one of {', '.join(IMPLS)}")
     grad = _needs_grad(q, k, v) or is_differentiable_parameter(normalizer)
-    prob = prepare(q, k, v, causal, alibi_slopes, scale, q_positions, needs_grad=grad)
+    if bias_increments is not None:
+        grad = grad or _needs_grad(bias_increments)
+    prob = prepare(q, k, v, causal, alibi_slopes, scale, q_positions, needs_grad=grad,
+                   bias_increments=bias_increments)
     if isinstance(normalizer, Entmax):
         alpha_per_head(normalizer, prob.H)  # validates α before any path runs
+    if isinstance(normalizer, StickBreaking) and not prob.causal:
+        raise ValueError("stick-breaking attention is causal: a row's own token closes its stick")
     rows = diagnostic_rows(prob.Nq, q.device) if diagnostics else None
     chosen = _choose(q, prob, normalizer, grad) if impl == "auto" else impl
     if grad and chosen not in DIFFERENTIABLE:
@@ -106,7 +123,7 @@ def attend(
         # Paths compute scores and normalizers in fp32 (``functional.precision``); a caller's
         # autocast (bf16 training) would run their matrix products in bf16 behind their back.
         with _without_autocast(q.device):
-            out, entropy, support = _path(chosen, normalizer, q)(q, k, v, prob, normalizer, rows)
+            out, entropy, support = _path(chosen, normalizer, q, prob)(q, k, v, prob, normalizer, rows)
     if rows is None:
         return out, None
     assert entropy is not None and support is not None
@@ -126,6 +143,14 @@ def _needs_grad(*tensors: Tensor) -> bool:
 def _choose(q: Tensor, prob: AttnProblem, normalizer: Normalizer, grad: bool) -> str:
     """The path ``auto`` takes (see the module docstring)."""
     cuda = q.device.type == "cuda"
+    scan = isinstance(normalizer, StickBreaking)
+    # of the fused kernels only softmax's take a cumulative bias; other normalizers run generically
+    if scan or (prob.cumulative is not None and not normalizer.softmax_like):
+        if chunking.should_materialize(prob.B * prob.H * prob.Nq * prob.Nk, grad, heavy=True):
+            return "materialized"
+        if scan and not cuda and compute_dtype(q.dtype) == torch.float32:
+            return _fused_or_chunked(normalizer, prob)
+        return "chunked"
     if isinstance(normalizer, Entmax):
         if cuda:
             from lengthgen.kernels.triton import entmax as triton_entmax
@@ -142,7 +167,7 @@ def _choose(q: Tensor, prob: AttnProblem, normalizer: Normalizer, grad: bool) ->
             return "materialized"
         return _fused_or_chunked(normalizer, prob)
     entries = prob.B * prob.H * prob.Nq * prob.Nk
-    if chunking.should_materialize(entries, grad):
+    if chunking.should_materialize(entries, grad, heavy=prob.cumulative is not None):
         return "materialized"
     if cuda:
         if not isinstance(normalizer, Softmax):
@@ -161,9 +186,13 @@ def _fused_or_chunked(normalizer: Normalizer, prob: AttnProblem) -> str:
     if normalizer.softmax_like:
         from lengthgen.kernels.cpu import softmax as cpu_softmax
 
-        if not prob.causal and prob.has_alibi:
-            return "chunked"  # keys on both sides of a sloped row: no window, no key split
+        if not prob.causal and (prob.has_alibi or prob.cumulative is not None):
+            return "chunked"  # keys on both sides of a biased row: no window, no key split
         reason, kernel = cpu_softmax.unavailable_reason(), "the CPU flash-attention kernel"
+    elif isinstance(normalizer, StickBreaking):
+        from lengthgen.kernels.cpu import stickbreaking as cpu_stickbreaking
+
+        reason, kernel = cpu_stickbreaking.KERNEL.unavailable_reason(), cpu_stickbreaking.KERNEL.what
     elif isinstance(normalizer, Entmax):
         from lengthgen.kernels.cpu import entmax as cpu_entmax
 
@@ -180,11 +209,22 @@ def _fused_or_chunked(normalizer: Normalizer, prob: AttnProblem) -> str:
     return "fused"
 
 
-def _path(name: str, normalizer: Normalizer, q: Tensor) -> Path:
+def _path(name: str, normalizer: Normalizer, q: Tensor, prob: AttnProblem) -> Path:
     """The function that runs path ``name`` for this normalizer, with its kernels chosen."""
     if name == "materialized":
         return partial(materialized_path, probs=_materialized_rows(normalizer, q))
-    if isinstance(normalizer, Entmax):
+    if isinstance(normalizer, StickBreaking):
+        from lengthgen.kernels.cpu import stickbreaking as cpu_stickbreaking
+        from lengthgen.kernels.reference import stickbreaking as reference_stickbreaking
+
+        scan_paths: dict[str, Path] = {"chunked": reference_stickbreaking.scan_path,
+                                       "fused": cpu_stickbreaking.fused_path}
+        if name in scan_paths:
+            return scan_paths[name]
+    elif prob.cumulative is not None and not normalizer.softmax_like:
+        if name == "chunked":
+            return chunked_path
+    elif isinstance(normalizer, Entmax):
         from lengthgen.kernels.cpu import entmax as cpu_entmax
         from lengthgen.kernels.reference import entmax as reference_entmax
         from lengthgen.kernels.triton import entmax as triton_entmax

@@ -19,9 +19,10 @@ from torch import Tensor
 from lengthgen.functional import normalizers as F
 from lengthgen.functional.entmax import check_alpha, entmax
 from lengthgen.functional.precision import compute_dtype
+from lengthgen.functional.stickbreaking import CURRENT, Current, stick_breaking
 from lengthgen.kernels.problem import per_head
 
-__all__ = ["AdaptiveTemperature", "Custom", "Entmax", "Normalizer", "Softmax", "TopK"]
+__all__ = ["AdaptiveTemperature", "Custom", "Entmax", "Normalizer", "Softmax", "StickBreaking", "TopK"]
 
 
 class Normalizer:
@@ -72,6 +73,22 @@ class Entmax(Normalizer):
             alpha = alpha.reshape(-1, 1, 1).to(device=scores.device)
         z = scores.to(compute_dtype(scores.dtype))
         return entmax(z, alpha if isinstance(alpha, Tensor) else float(alpha), dim=-1)
+
+
+@dataclass(frozen=True)
+class StickBreaking(Normalizer):
+    """Stick-breaking rows (``lengthgen.functional.stickbreaking``): order-dependent, built from the
+    nearest key outwards, unnormalized with ``current="key"``. Causal attention only: a row's own
+    token is its last visible key."""
+
+    current: Current = "leftover"
+
+    def __post_init__(self) -> None:
+        if self.current not in CURRENT:
+            raise ValueError(f"current must be one of {', '.join(CURRENT)}, got {self.current!r}")
+
+    def probs(self, scores: Tensor) -> Tensor:
+        return stick_breaking(scores, self.current)
 
 
 @dataclass(frozen=True, eq=False)

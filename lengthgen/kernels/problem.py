@@ -4,9 +4,13 @@ Every execution path sees the same ``AttnProblem``, built (and its inputs checke
 that is what lets the tests compare every path against one brute-force reference. The scores all
 paths compute are
 
-    z_ij = scale·<q_i, k_j> − slope_h·(pos_i − j)   for the keys j ≤ pos_i (causal),
+    z_ij = scale·<q_i, k_j> − slope_h·(pos_i − j) + (c_{pos_i} − c_j)   for the keys j ≤ pos_i (causal),
 
-with keys at positions 0 … Nk−1 and pos_i the absolute position of query row i.
+with keys at positions 0 … Nk−1, pos_i the absolute position of query row i, and c the optional
+cumulative bias c = cumsum(g) of per-position increments g (B, H, Nk) (a data-dependent
+generalization of ALiBi, whose increments are the constant −slope_h; Forgetting Attention's are
+log forget gates). c is summed in float64: at 65,536 positions its values reach 10⁴ and more,
+where float32 would lose 10⁻³ in every difference c_i − c_j.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class AttnProblem:
     q_positions: Tensor
     #: True when the rows are exactly positions 0..Nk−1 (full causal self-attention).
     full_rows: bool
+    #: (B, H, Nk) float64 cumulative bias c (on the inputs' device), or None.
+    cumulative: Tensor | None = None
 
     @property
     def device(self) -> torch.device:
@@ -53,6 +59,12 @@ class AttnProblem:
     def slopes_or_none(self) -> Tensor | None:
         """The slopes when some head has a bias, else None (the paths skip the bias then)."""
         return self.slopes if self.has_alibi else None
+
+    def cumulative_monotone(self) -> bool:
+        """True when c never increases along the keys (every increment ≤ 0, as log-gates are): then
+        c_i − c_j ≤ 0 for every visible key and the bias only pushes keys further from their row."""
+        c = self.cumulative
+        return c is None or bool((c[..., 1:] <= c[..., :-1]).all())
 
 
 @functools.lru_cache(maxsize=64)
@@ -123,6 +135,23 @@ def _check_positions(pos: Tensor, Nk: int, causal: bool) -> None:
     torch._assert_async(inside, f"q_positions must lie in [0, {Nk})")
 
 
+def _cumulative(increments: Tensor | None, B: int, H: int, Nk: int, device: torch.device,
+                needs_grad: bool) -> Tensor | None:
+    """c = cumsum(g) in float64 from increments g (B, H, Nk), checked (ValueError with the reason)."""
+    if increments is None:
+        return None
+    if tuple(increments.shape) != (B, H, Nk):
+        raise ValueError(f"cumulative bias increments must be (B, H, Nk) = {(B, H, Nk)}, "
+                         f"got {tuple(increments.shape)}")
+    if not increments.is_floating_point():
+        raise ValueError(f"cumulative bias increments must be floating point, got {increments.dtype}")
+    if increments.device != device:
+        raise ValueError("cumulative bias increments must be on the device of q, k, v")
+    if not needs_grad and increments.numel() and not bool(torch.isfinite(increments).all()):
+        raise ValueError("cumulative bias increments contain NaN or infinite values")
+    return torch.cumsum(increments.to(torch.float64), dim=-1)
+
+
 def prepare(
     q: Tensor,
     k: Tensor,
@@ -132,6 +161,7 @@ def prepare(
     scale: float | None,
     q_positions: Tensor | None,
     needs_grad: bool = False,
+    bias_increments: Tensor | None = None,
 ) -> AttnProblem:
     """Validate shapes, dtypes, values and positions (ValueError with the reason)."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
@@ -169,6 +199,7 @@ def prepare(
     return AttnProblem(
         B=B, H=H, Nq=Nq, Nk=Nk, D=D, scale=sc, causal=bool(causal), slopes=slopes,
         has_alibi=bool((slopes != 0).any()), q_positions=pos, full_rows=full_rows,
+        cumulative=_cumulative(bias_increments, B, H, Nk, q.device, needs_grad),
     )
 
 
@@ -179,9 +210,12 @@ def score_block(
     slopes: Tensor | None,
     scale: float,
     causal: bool = True,
+    cumulative: Tensor | None = None,
 ) -> Tensor:
     """Scores (B, H, Nq, Nk) with ALiBi bias and −inf on future keys; keys are positions 0..Nk−1.
 
+    ``cumulative``: (B, H, ≥ Nk) cumulative bias c (float64, ``AttnProblem.cumulative``), whose
+    c[q_pos] − c[j] is added; differences are taken in c's precision, then rounded.
     Written to touch the block as few times as possible (it is the hot loop of the generic
     chunked path): the bias is one fused multiply-add with an exact integer distance, and the
     causal mask only covers the keys after the earliest query row.
@@ -193,6 +227,9 @@ def score_block(
     if slopes is not None:
         distance = (q_pos[:, None] - k_pos[None, :]).to(scores.dtype)  # exact: integers < 2^24
         scores.addcmul_(on_device(slopes, q.device, scores.dtype)[:, None, None], distance, value=-1.0)
+    if cumulative is not None:
+        rows = cumulative.index_select(-1, q_pos.to(cumulative.device))
+        scores = scores + (rows[..., :, None] - cumulative[..., None, :n_k]).to(scores.dtype)
     if causal and q_pos.numel():
         # the earliest query's position bounds the masked keys; reading it on an accelerator would
         # make the host wait, so there the mask covers every key (the same scores either way)

@@ -11,8 +11,8 @@ H = log T − M / T. The shift is a sampled score (every 16th), not the exact ma
 would cost a pass of its own; ``tile_stats`` says why that is safe and when a tile is redone.
 
 numba has no vector math library on this machine: its ``np.exp`` is a scalar call (2.3 ns per
-score, measured). ``exp_f32`` is a branch-free Cody–Waite reduction and a degree-7 polynomial
-that vectorizes (0.24 ns per score; the BLAS tile costs more). Its relative error is below 1e-7;
+score, measured). ``exp_f32`` (``cpu/jit.py``) is a branch-free Cody–Waite reduction and a degree-7
+polynomial that vectorizes (0.24 ns per score; the BLAS tile costs more). Its relative error is below 1e-7;
 the sums run in float32 over 128 keys and in fp64 across them; H ends within 2e-6 nats of fp64
 (``tests/test_cpu_entropy.py``), most of it the float32 rounding of the scores themselves.
 
@@ -31,10 +31,10 @@ import torch
 from torch import Tensor
 
 from lengthgen.kernels.cpu.blocks import RowJob, run_blocks
-from lengthgen.kernels.cpu.jit import FASTMATH, FASTMATH_EXACT_ORDER, Kernel
+from lengthgen.kernels.cpu.jit import FASTMATH, Kernel
 from lengthgen.kernels.problem import AttnProblem
 
-__all__ = ["KERNEL", "softmax_lse_entropy"]
+__all__ = ["KERNEL", "add_cumulative_bias", "softmax_lse_entropy"]
 
 #: Query rows per work item, and score entries per BLAS tile (rows × keys, 1 MiB of float32 in
 #: L2): a row's keys go through in tiles, merged exactly, instead of one block of all its keys
@@ -49,28 +49,32 @@ _SAMPLE_STRIDE = 16
 _REDO_ABOVE = 2.0**16
 
 
+def add_cumulative_bias(S: Tensor, cum: Tensor, pos: Tensor, t0: int, theta: Tensor | None = None) -> None:
+    """S (R, L) += θ·(c_pos − c_j) for the keys j = t0 … t0 + L − 1 of one head, in float32, in one
+    numba pass over the tile.
+
+    c (float64) reaches 10⁴ at long lengths, where float32 holds it only to 10⁻³; differencing in
+    float64 for every score cost more than the scores' BLAS tile. So c is split into float32 parts
+    hi + lo, and c_pos − c_j = (hi_pos − hi_j) + (lo_pos − lo_j): the first difference of exact
+    float32 numbers rounds once, by 6e-8 of itself (small for the keys that matter), the second
+    carries the rest. Without numba (the support count's torch fallback), the same in torch."""
+    from lengthgen.kernels.cpu import jit
+
+    rows, keys = cum[pos], cum[t0 : t0 + S.shape[1]]
+    rows_hi, keys_hi = rows.float(), keys.float()
+    rows_lo, keys_lo = (rows - rows_hi.double()).float(), (keys - keys_hi.double()).float()
+    factor = torch.ones(len(rows)) if theta is None else theta.float()
+    if jit.NUMBA_ERROR is None:
+        jit.add_row_key_bias(S.numpy(), rows_hi.numpy(), rows_lo.numpy(), keys_hi.numpy(), keys_lo.numpy(),
+                             factor.numpy())
+        return
+    bias = (rows_hi[:, None] - keys_hi[None, :]) + (rows_lo[:, None] - keys_lo[None, :])
+    S.addcmul_(factor[:, None], bias)
+
+
 def _build_kernel() -> Any:
     """Define the row kernel (numba compiles it, or loads it from its cache, on the first call)."""
-    from lengthgen.kernels.cpu.jit import njit
-
-    # No "reassoc" in exp_f32: it would let LLVM fold the two-part ln 2 of the reduction back into one.
-    @njit(cache=True, fastmath=FASTMATH_EXACT_ORDER, nogil=True)
-    def exp_f32(u):  # noqa: ANN001, ANN202
-        """e^u for float32 u ≤ 88 (u < −87 is taken as −87: a weight under 1.7e-38 of the row's
-        Σ e^u, which is at least 1); u above 88 only in a pass that is redone (``tile_stats``)."""
-        u = min(max(u, np.float32(-87.0)), np.float32(88.0))
-        k = np.floor(u * np.float32(1.4426950408889634) + np.float32(0.5))
-        r = u - k * np.float32(0.693145751953125)  # ln 2 = 0.693145751953125 + 1.4286068e-06
-        r = r - k * np.float32(1.428606765330187e-06)
-        p = np.float32(1.0 / 5040.0)
-        p = p * r + np.float32(1.0 / 720.0)
-        p = p * r + np.float32(1.0 / 120.0)
-        p = p * r + np.float32(1.0 / 24.0)
-        p = p * r + np.float32(1.0 / 6.0)
-        p = p * r + np.float32(0.5)
-        p = p * r + np.float32(1.0)
-        p = p * r + np.float32(1.0)
-        return p * np.int32((np.int32(k) + np.int32(127)) << np.int32(23)).view(np.float32)
+    from lengthgen.kernels.cpu.jit import exp_f32, njit
 
     @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def shifted_sums(s, n, c):  # noqa: ANN001, ANN202
@@ -188,7 +192,9 @@ def softmax_lse_entropy(
 
     ``theta``: (B, H, Nq) inverse temperatures ≥ 1 (adaptive temperature's diagnostics), or None
     for θ = 1. ``window_eps``: sloped heads skip keys whose summed weight is at most this fraction
-    of the row's. ``threads``: worker threads (default: torch's intra-op thread count).
+    of the row's. ``threads``: worker threads (default: torch's intra-op thread count). A
+    cumulative bias (``prob.cumulative``) is added to each score tile before the numba pass; the
+    sloped heads keep their windows only when it never increases (it then only lowers far keys).
     """
     kernel = KERNEL.get()
     pos = prob.q_positions
@@ -213,6 +219,9 @@ def softmax_lse_entropy(
     moment = np.zeros((B * H, Nq), np.float64)
     last = job.nvis - 1
     log_eps = math.log(1.0 / window_eps)
+    cum = None if prob.cumulative is None else prob.cumulative.reshape(B * H, -1)
+    windows = prob.cumulative_monotone()
+    positions = torch.from_numpy(job.pos)
 
     def work(bh: int, r0: int, n_rows: int, kmax: int, buf: Tensor) -> int:
         r1 = r0 + n_rows
@@ -221,13 +230,15 @@ def softmax_lse_entropy(
         # together they weigh at most e^(−1 − slope·extra) / (1 − e^(−slope)) ≤ window_eps of it
         # (with θ ≥ 1 the bias θ·slope only drops them further; the bound has θ in the queries).
         extra = (log_eps - math.log(-math.expm1(-slope))) / slope if slope > 0.0 else 0.0
-        j0 = job.window_start(bh, r0, r1, extra=extra)
+        j0 = job.window_start(bh, r0, r1, extra=extra) if windows else 0
         row_slope = slope * row_factor[bh, r0:r1]
         width = max(1, _TILE_ENTRIES // n_rows)
         for t0 in range(j0, kmax, width):
             t1 = min(kmax, t0 + width)
             S = buf[: n_rows * (t1 - t0)].view(n_rows, t1 - t0)
             torch.mm(job.qs[bh, r0:r1], job.kf[bh, t0:t1].t(), out=S)
+            if cum is not None:  # θ·(c_pos − c_j), θ per row
+                add_cumulative_bias(S, cum[bh], positions[r0:r1], t0, torch.from_numpy(row_factor[bh, r0:r1]))
             kernel(S.numpy(), t0, job.pos[r0:r1], last[r0:r1], row_slope, top[bh, r0:r1], total[bh, r0:r1],
                    moment[bh, r0:r1])
         return 0

@@ -35,6 +35,13 @@ How:
   (slope ≈ 2) and θ·z turn into output errors up to about 2e-5 on peaked rows, against about
   1e-6 for plain softmax; an fp64 first pass cost 3.2× the fp32 one.
 
+A cumulative bias c_i − c_j (Forgetting Attention's gates, ``problem.py``) enters like a slope: one
+more channel, c_ref − c_j with c_ref at the block's first row (taken in float64, so small for the
+keys near the block), and c_i − c_ref added back to the log-sum-exp; the later keys of a block are
+scored directly, each row against its own reference. Where c spans at most ``FOLD_RANGE`` the
+heads without a slope keep their one causal call (reference c_0); where it never increases (log
+gates) it gets a window like ALiBi's, from the first key within reach of the row's own key.
+
 Diagnostics: the entropy of the diagnostic rows from one more entropy pass over just those rows
 (the same first-pass machinery, with their θ), their support by counting, on BLAS score blocks,
 the keys whose p = exp(θz − LSE) is a positive float32.
@@ -54,7 +61,7 @@ from lengthgen.functional.precision import compute_dtype
 from lengthgen.functional.temperature import theta_from_entropy
 from lengthgen.kernels import chunking
 from lengthgen.kernels.cpu.blocks import run_blocks
-from lengthgen.kernels.cpu.entropy import softmax_lse_entropy
+from lengthgen.kernels.cpu.entropy import add_cumulative_bias, softmax_lse_entropy
 from lengthgen.kernels.cpu.jit import COUNT_ABOVE
 from lengthgen.kernels.diagnostics import normalize_entropy as _normalize
 from lengthgen.kernels.normalizers import AdaptiveTemperature, Normalizer
@@ -66,6 +73,10 @@ __all__ = ["Passes", "fused_path", "unavailable_reason"]
 WINDOW_EPS = 2.0**-30
 #: Query rows per kernel call: the CPU kernel's largest query split.
 FLASH_ROWS = 256
+#: A cumulative bias whose values span at most this goes into one causal kernel call over all rows as
+#: the channel c_0 − c_j: float32 rounds a channel value of size |c| by |c|·6e-8, so at most 1e-6
+#: of a weight. Wider, every block of rows takes its own reference c_first, like ALiBi's j − p.
+FOLD_RANGE = 16.0
 
 
 def _flash_op():  # noqa: ANN202
@@ -145,13 +156,15 @@ class _Rows:
 
 def _kernel_part(
     rows: _Rows, k: Tensor, v: Tensor, slopes: Tensor | None, ref: int, first_key: int, scale: float,
-    want_entropy: bool, causal_square: bool = False, parallel: bool = False,
+    want_entropy: bool, causal_square: bool = False, parallel: bool = False, cum: Tensor | None = None,
 ) -> _Part:
     """Rows over keys first_key … first_key + Nk − 1 through the CPU kernel.
 
     ``slopes`` (h,) or None. A slope enters as the channel +θ·slope·(j − ref) (q gets
     θ·slope/scale, k gets j − ref); the log-sum-exp is returned in true units (−θ·slope·(pos − ref)
-    added back). ``want_entropy``: the
+    added back). ``cum`` (B, h, all keys) float64, or None: the cumulative bias c_pos − c_j enters
+    the same way, as the channel θ·(c_ref − c_j) (q gets θ/scale, k gets c_ref − c_j, taken in
+    float64 and small near ref) and θ·(c_pos − c_ref) added back. ``want_entropy``: the
     values are [k, j − ref] and the entropy LSE − E_p[θz] is returned instead of an output (the
     entropy pass where ``cpu/entropy.py`` is not chosen), taken in the kernel's units where both
     terms are small. ``causal_square``: rows and keys are the same positions, masked
@@ -167,6 +180,11 @@ def _kernel_part(
         )
         q = torch.cat((q, channel.expand(*q.shape[:3], 1)), dim=-1)
         k = torch.cat((k, rel.expand(*k.shape[:3], 1)), dim=-1)
+    if cum is not None:
+        key_bias = cum[..., ref : ref + 1] - cum[..., first_key : first_key + n_keys]
+        unit = rows.theta[..., None] / scale if rows.theta is not None else q.new_full((), 1.0 / scale)
+        q = torch.cat((q, unit.to(q.dtype).expand(*q.shape[:3], 1)), dim=-1)
+        k = torch.cat((k, key_bias.to(k.dtype)[..., None].expand(*k.shape[:3], 1)), dim=-1)
     values = k if want_entropy else v
     width = max(q.shape[-1], values.shape[-1])
     args = (_pad_last(q, width), _pad_last(k, width), _pad_last(values, width), 0.0, causal_square)
@@ -178,16 +196,20 @@ def _kernel_part(
     shift = 0.0  # the true row constant −θ·slope·(pos − ref)
     if slopes is not None:
         shift = -slopes.to(lse.dtype).view(1, -1, 1) * rows.factor() * (rows.pos - ref).to(lse.dtype)
+    if cum is not None:
+        shift = shift + rows.factor() * (cum[..., rows.pos] - cum[..., ref : ref + 1]).to(lse.dtype)
     if not want_entropy:
         return _Part(lse + shift, out=out[..., : v.shape[-1]])
     return _Part(lse + shift, entropy=lse - scale * torch.linalg.vecdot(q, out[..., : q.shape[-1]]))
 
 
 def _direct_part(
-    rows: _Rows, k: Tensor, v: Tensor, slopes: Tensor | None, first_key: int, scale: float, want_entropy: bool
+    rows: _Rows, k: Tensor, v: Tensor, slopes: Tensor | None, first_key: int, scale: float,
+    want_entropy: bool, cum: Tensor | None = None,
 ) -> _Part:
     """Rows over the short key span first_key … scored directly: exact causal mask and bias."""
-    z = score_block(rows.q, k, rows.pos - first_key, slopes, scale, causal=True)
+    shifted = None if cum is None else cum[..., first_key:]
+    z = score_block(rows.q, k, rows.pos - first_key, slopes, scale, causal=True, cumulative=shifted)
     if rows.theta is not None:
         z.mul_(rows.theta[..., None])
     lse = torch.logsumexp(z, dim=-1)
@@ -226,20 +248,38 @@ def _window(slope: float, scale: float, q_norm: float, k_norm: float) -> int:
     return int(math.ceil(reach / slope)) + 1
 
 
+def _folds_globally(cum: Tensor | None) -> bool:
+    """A cumulative bias whose values all lie within FOLD_RANGE of each other: one channel c_0 − c_j
+    for every row stays small enough for float32 (see FOLD_RANGE)."""
+    return cum is None or float(cum.amax() - cum.amin()) <= FOLD_RANGE
+
+
+def _cumulative_start(
+    cum: Tensor, first: int, scale: float, q_norm: Tensor, k_norm: list[float], start: int, stop: int
+) -> int:
+    """The first key that can carry more than WINDOW_EPS of a row's weight under a non-increasing
+    cumulative bias: every earlier key j scores at most 2·scale·|q|·|k| + (c_first − c_j) above the
+    row's own key, so the at most first + 1 of them with c_first − c_j below −reach weigh at most
+    WINDOW_EPS together."""
+    reach = [2.0 * scale * float(q_norm[h, start:stop].max()) * k_norm[h] + math.log((first + 1) / WINDOW_EPS)
+             for h in range(len(k_norm))]
+    bound = -cum[..., first] - torch.tensor(reach, dtype=cum.dtype)  # (B, h): −c_j ≥ this is inside
+    return int(torch.searchsorted(-cum, bound[..., None].contiguous()).min())
+
+
 def _head_group(
     q: Tensor, k: Tensor, v: Tensor, theta: Tensor | None, prob: AttnProblem, slopes: Tensor,
-    want_entropy: bool,
+    want_entropy: bool, cum: Tensor | None = None,
 ) -> _Part:
-    """Softmax attention of a group of heads with these ``slopes`` (h,); q: (B, h, Nq, D), rows
-    sorted by position."""
+    """Softmax attention of a group of heads with these ``slopes`` (h,) and cumulative bias ``cum``
+    (B, h, Nk) or None; q: (B, h, Nq, D), rows sorted by position."""
     pos, scale = prob.q_positions, prob.scale
     sloped = slopes if bool(slopes.any()) else None
-    if not prob.causal:  # every row sees every key; the engine sends no slope here
+    if not prob.causal:  # every row sees every key; the engine sends no slope or cumulative bias here
         return _kernel_part(_Rows(q, pos, theta), k, v, None, 0, 0, scale, want_entropy, parallel=True)
-    if prob.full_rows and sloped is None:
-        return _kernel_part(
-            _Rows(q, pos, theta), k, v, None, 0, 0, scale, want_entropy, causal_square=True, parallel=True
-        )
+    if prob.full_rows and sloped is None and _folds_globally(cum):
+        return _kernel_part(_Rows(q, pos, theta), k, v, None, 0, 0, scale, want_entropy, causal_square=True,
+                            parallel=True, cum=cum)
     B, h, nq, _ = q.shape
     result = _Part(
         q.new_empty((B, h, nq)),
@@ -248,8 +288,12 @@ def _head_group(
     )
     pos_list = pos.tolist()
     slope_list = slopes.tolist()
-    windowed = sloped is not None and min(slope_list) > 0.0
-    if windowed:
+    # A non-increasing cumulative bias only lowers keys further from their row, so the slopes'
+    # window still holds under it and it has a window of its own; any other one could raise them.
+    monotone = cum is None or bool((cum[..., 1:] <= cum[..., :-1]).all())
+    windowed = sloped is not None and min(slope_list) > 0.0 and monotone
+    cum_windowed = cum is not None and monotone
+    if windowed or cum_windowed:
         q_norm = torch.linalg.vector_norm(q, dim=-1).amax(dim=0)  # (h, Nq)
         k_norm = torch.linalg.vector_norm(k, dim=-1).amax(dim=(0, 2)).tolist()  # (h,)
 
@@ -264,20 +308,27 @@ def _head_group(
                 _window(slope_list[head], scale, float(q_norm[head, start:stop].max()), k_norm[head])
                 for head in range(h)
             ))
+        if cum_windowed:
+            assert cum is not None
+            lo = max(lo, _cumulative_start(cum, first, scale, q_norm, k_norm, start, stop))
         theta_rows = None if theta is None else theta[:, :, start:stop]
         block = _Rows(q[:, :, start:stop], pos[start:stop], theta_rows)
         shared = slice(lo, first + 1)  # keys every row of the block sees
-        part = _kernel_part(block, k[:, :, shared], v[:, :, shared], sloped, first, lo, scale, want_entropy)
+        part = _kernel_part(block, k[:, :, shared], v[:, :, shared], sloped, first, lo, scale, want_entropy,
+                            cum=cum)
         _store(result, part, start, stop)
         if last > first:
             later_theta = None if theta_rows is None else theta_rows[:, :, 1:]
             later = _Rows(block.q[:, :, 1:], block.pos[1:], later_theta)
             span = slice(first + 1, last + 1)  # keys only the later rows see
             ks, vs = k[:, :, span], v[:, :, span]
-            if sloped is None and last - first == rows - 1:  # consecutive rows: a causal square
+            # consecutive rows: a causal square, unless a bias needs each row's own reference (one
+            # reference for the square would put channel values of c's whole drop across the
+            # block next to the keys that matter, where float32 rounds them by 1e-5)
+            if sloped is None and cum is None and last - first == rows - 1:
                 tail = _kernel_part(later, ks, vs, None, 0, first + 1, scale, want_entropy, True)
             else:
-                tail = _direct_part(later, ks, vs, sloped, first + 1, scale, want_entropy)
+                tail = _direct_part(later, ks, vs, sloped, first + 1, scale, want_entropy, cum)
             _store(result, _merge(_slice(part, 1), tail), start + 1, stop)
         return 0
 
@@ -320,13 +371,14 @@ def _attend(
 
         slopes = prob.slopes[index].to(q.dtype)
         group = (pick(q), pick(k), pick(v), pick(theta))
+        cum = pick(prob.cumulative)
         if want_entropy and passes.numba_entropy:
-            sub = replace(prob, H=len(heads), slopes=prob.slopes[index])
+            sub = replace(prob, H=len(heads), slopes=prob.slopes[index], cumulative=cum)
             lse_g, entropy_g = softmax_lse_entropy(group[0], group[1], sub, WINDOW_EPS,  # type: ignore[arg-type]
                                                    theta=group[3], threads=_PARALLEL_THREADS)
             part = _Part(lse_g.to(q.dtype), entropy=entropy_g.to(q.dtype))
         else:
-            part = _head_group(*group, prob, slopes, want_entropy)  # type: ignore[arg-type]
+            part = _head_group(*group, prob, slopes, want_entropy, cum)  # type: ignore[arg-type]
         lse[:, heads] = part.lse
         if out is not None and part.out is not None:
             out[:, heads] = part.out
@@ -381,8 +433,9 @@ def fused_path(
         raise RuntimeError(reason)
     if q.device.type != "cpu":
         raise ValueError(f"the fused CPU path runs on CPU tensors, got {q.device}")
-    if not prob.causal and prob.has_alibi:
-        raise ValueError("the fused softmax path takes ALiBi slopes only with causal masking")
+    if not prob.causal and (prob.has_alibi or prob.cumulative is not None):
+        raise ValueError("the fused softmax path takes ALiBi slopes and cumulative biases only with causal "
+                         "masking")
     global _PARALLEL_THREADS
     cd = compute_dtype(q.dtype)
     _PARALLEL_THREADS = torch.get_num_threads()
@@ -444,14 +497,15 @@ def _diagnostics(
 
 
 def _count_above(qs: Tensor, k: Tensor, prob: AttnProblem, threshold: Tensor, numba_count: bool) -> Tensor:
-    """Per row, the visible keys with scaled score + ALiBi bias above ``threshold`` (B, H, R), by
-    the numba pass or (``numba_count`` False) the same count in torch."""
+    """Per row, the visible keys with scaled score + ALiBi bias (+ cumulative bias) above ``threshold``
+    (B, H, R), by the numba pass or (``numba_count`` False) the same count in torch."""
     B, H, R, _ = qs.shape
     counts = torch.zeros((B, H, R), dtype=torch.float32)
     pos = prob.q_positions
     pos_list = pos.tolist()
     slopes = prob.slopes.tolist()
     blocks = chunking.plan_chunks(pos_list, prob.Nk, prob.causal, 1, reused_buffer=True)
+    cum = prob.cumulative
     kernel = COUNT_ABOVE.get() if numba_count else None
     qf, kf, thr = qs.float(), k.float(), threshold.float()
 
@@ -460,6 +514,8 @@ def _count_above(qs: Tensor, k: Tensor, prob: AttnProblem, threshold: Tensor, nu
         scores = buf[: rows * keys].view(rows, keys)
         torch.mm(qf[b, h, start : start + rows], kf[b, h, :keys].t(), out=scores)
         row_pos = pos[start : start + rows]
+        if cum is not None:
+            add_cumulative_bias(scores, cum[b, h], row_pos, 0)
         if kernel is not None:
             kernel(scores.numpy(), row_pos.numpy(), slopes[h], thr[b, h, start : start + rows].numpy(),
                    counts[b, h, start : start + rows].numpy())

@@ -31,7 +31,8 @@ def materialized_path(
     """The whole (B, H, Nq, Nk) score matrix through ``probs`` (default ``normalizer.probs``);
     differentiable."""
     cd = compute_dtype(q.dtype)
-    scores = score_block(q.to(cd), k.to(cd), prob.q_positions, prob.slopes_or_none(), prob.scale, prob.causal)
+    scores = score_block(q.to(cd), k.to(cd), prob.q_positions, prob.slopes_or_none(), prob.scale, prob.causal,
+                         prob.cumulative)
     p = (probs or normalizer.probs)(scores)
     out = torch.matmul(p.to(cd), v.to(cd)).to(v.dtype)
     if rows is None:
@@ -53,7 +54,8 @@ def chunked_path(
     slopes = prob.slopes_or_none()
     for start, stop, keys in chunking.plan_chunks(pos.tolist(), prob.Nk, prob.causal, prob.B * prob.H):
         q_block, k_block = q[:, :, start:stop].to(cd), k[:, :, :keys].to(cd)
-        scores = score_block(q_block, k_block, pos[start:stop], slopes, prob.scale, prob.causal)
+        scores = score_block(q_block, k_block, pos[start:stop], slopes, prob.scale, prob.causal,
+                             prob.cumulative)
         p = normalizer.probs(scores)
         out[:, :, start:stop] = torch.matmul(p.to(cd), v[:, :, :keys].to(cd))
         if sink is not None:

@@ -1,5 +1,6 @@
-"""Softmax attention on CUDA through ``torch.nn.attention.flex_attention``: ALiBi and row subsets
-as a ``score_mod`` and a ``mask_mod``, compiled into one fused kernel, never an n×n tensor.
+"""Softmax attention on CUDA through ``torch.nn.attention.flex_attention``: ALiBi, a cumulative bias
+c_i − c_j (Forgetting Attention's gates) and row subsets as a ``score_mod`` and a ``mask_mod``,
+compiled into one fused kernel, never an n×n tensor.
 
 Why this tool: on CUDA it is the framework's own fused attention with a programmable score
 (PyTorch compiles the two small functions below into its Triton flash kernel), so ALiBi, causal
@@ -58,9 +59,15 @@ def flex_attention_rows(q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem) -> T
     slopes = on_device(prob.slopes, q.device, torch.float32)
     positions = prob.q_positions.to(q.device)
     causal = prob.causal
+    cum = prob.cumulative
 
-    def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    def alibi(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return score - slopes[h] * (positions[q_idx] - kv_idx).to(score.dtype)
+
+    def gated(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        # c in float64, its difference rounded once: c reaches 10⁴ at long lengths (``problem.py``)
+        bias = (cum[b, h, positions[q_idx]] - cum[b, h, kv_idx]).to(score.dtype)
+        return alibi(score, b, h, q_idx, kv_idx) + bias if prob.has_alibi else score + bias
 
     def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return kv_idx <= positions[q_idx]
@@ -68,9 +75,8 @@ def flex_attention_rows(q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem) -> T
     block_mask = None
     if causal:
         block_mask = create_block_mask(mask_mod, None, None, prob.Nq, prob.Nk, device=q.device)
-    return _flex(q.device)(
-        q, k, v, score_mod=score_mod if prob.has_alibi else None, block_mask=block_mask, scale=prob.scale
-    )
+    score_mod = gated if cum is not None else alibi if prob.has_alibi else None
+    return _flex(q.device)(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=prob.scale)
 
 
 @torch.no_grad()

@@ -1,0 +1,44 @@
+"""Forgetting Attention (FoX; Lin et al., ICLR 2025, arXiv 2503.02130): softmax attention whose scores
+decay by a data-dependent forget gate, with no position embedding.
+
+Per head h and token t a forget gate f_t = σ(w_h·x_t + b_h) from the layer input x_t; query i's score
+on key j ≤ i gets Σ_{j<t≤i} log f_t. That is lengthgen's cumulative bias (``cumulative_bias``, the
+increments log f_t), which the engine runs on its softmax kernels; ALiBi is the constant gate
+f = e^(−slope). The gate is initialised as FoX's code initialises its ``fgate_proj`` (the default
+``fgate_type="full"``): weights N(0, 0.02²), bias 0, so f ≈ ½ at the start of training. This is the
+basic FoX layer, without the "Pro" block's output gate, QK-norm or key/value shifts.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from lengthgen.api import AttentionBackend, BackendOptions, LayerSpec, Normalizer, SoftmaxRows
+from torch import nn
+
+#: FoX's ``initializer_range``: the standard deviation of the gate's weights.
+GATE_WEIGHT_STD = 0.02
+
+
+class ForgettingAttention(AttentionBackend):
+    name = "fox"
+    description = "Forgetting Attention (FoX): softmax, scores decayed by learned forget gates (paper: nope)"
+
+    def __init__(self, spec: LayerSpec, options: BackendOptions | None = None) -> None:
+        super().__init__(spec, options)
+        # drawn from torch's global generator, which every run seeds with its seed
+        self.gate = nn.Linear(spec.d_model, spec.n_heads, bias=True)
+        with torch.no_grad():
+            nn.init.normal_(self.gate.weight, mean=0.0, std=GATE_WEIGHT_STD)
+            nn.init.zeros_(self.gate.bias)
+
+    def normalizer(self) -> Normalizer:
+        return SoftmaxRows()
+
+    def normalize(self, scores: torch.Tensor) -> torch.Tensor:
+        return self.normalizer().probs(scores).to(scores.dtype)
+
+    def cumulative_bias(self, x: torch.Tensor) -> torch.Tensor:
+        """log f_t (B, H, N), from gate logits in at least float32 (as FoX computes them under autocast)."""
+        logits = self.gate(x)
+        return F.logsigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32))).transpose(1, 2)
