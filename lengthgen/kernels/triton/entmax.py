@@ -116,11 +116,15 @@ class _Geometry(NamedTuple):
     prec: str
 
 
-def _geometry(q: Tensor, n_keys: int | None = None) -> _Geometry:
-    """Tiling shared by the forward and both backward kernels (the tile map ties them together)."""
+def _geometry(q: Tensor, n_keys: int | None = None, blocks: tuple[int, int] | None = None) -> _Geometry:
+    """Tiling shared by the forward and both backward kernels (the tile map ties them together).
+
+    ``blocks``: (BLOCK_M, BLOCK_N) instead of the device's choice (the pass counter uses the GPU's
+    tiles under the interpreter, so its counts are those a GPU would make).
+    """
     B, H, N, D = q.shape
     block_d = max(16, triton_next_pow2(D))
-    bm, bn = _block_sizes(block_d, _interpreting())
+    bm, bn = blocks if blocks is not None else _block_sizes(block_d, _interpreting())
     nb_m, nb_n = -(-N // bm), -(-(N if n_keys is None else n_keys) // bn)
     use_mask = B * H * nb_m * nb_n <= _MAX_MASK_TILES
     # fp32 inputs get exact fp32 dots (no TF32) so fp32 results match the fp64 reference to ~1e-6.
@@ -142,22 +146,16 @@ _BWD_SCHEMA = (
 )
 
 
-@torch.library.custom_op("lengthgen::triton_entmax_fwd", mutates_args=(), schema=_FWD_SCHEMA)
-def _entmax_fwd_op(
+def _launch_fwd(
     q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None, positions: Tensor | None,
-    scale: float, causal: bool, pow_mode: int, store_vu: bool, stats: bool,
+    scale: float, causal: bool, pow_mode: int, store_vu: bool, stats: bool, geo: _Geometry,
+    pass_log: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(o, τ, log2 Σp̃, u-weighted mean of V or empty, tile map or empty, entropy, support).
-
-    ``positions``: (Nq,) int32 absolute positions of q's rows over k's Nk keys (None: q's rows are
-    the positions 0 … Nq−1). ``stats``: the normalized entropy and support of every row (else the
-    last two outputs are empty).
-    """
+    """Run the forward kernel (see ``_entmax_fwd_op``); ``pass_log`` turns on the debug pass record."""
     kern = _load_kernels()
     B, H, NQ, D = q.shape
     N = k.shape[2]
     dev = q.device
-    geo = _geometry(q, N)
     o = _alloc((B, H, NQ, D), q.dtype, dev)
     tau = _alloc((B, H, NQ), torch.float32, dev)
     logs = _alloc((B, H, NQ), torch.float32, dev)
@@ -172,14 +170,30 @@ def _entmax_fwd_op(
         q, k, v, o, alpha, slopes if slopes is not None else alpha, tau, logs,
         vu if store_vu else tau, tile_map if geo.use_mask else tau,
         positions if positions is not None else tau, ent if stats else tau, sup if stats else tau,
+        pass_log if pass_log is not None else tau,
         q.stride(), k.stride(), v.stride(), o.stride(),
         H, NQ, N, geo.nb_m, geo.nb_n, scale, _TOL,
         HEAD_DIM=D, BLOCK_D=geo.block_d, BLOCK_M=geo.block_m, BLOCK_N=geo.block_n,
         CAUSAL=causal, HAS_ALIBI=slopes is not None, STORE_VU=store_vu,
         USE_MASK=geo.use_mask, MAX_ITER=_MAX_ITER, PREC=geo.prec, POW_MODE=pow_mode,
-        HAS_POS=positions is not None, STATS=stats,
+        HAS_POS=positions is not None, STATS=stats, LOG_PASSES=pass_log is not None,
     )
     return o, tau, logs, vu, tile_map, ent, sup
+
+
+@torch.library.custom_op("lengthgen::triton_entmax_fwd", mutates_args=(), schema=_FWD_SCHEMA)
+def _entmax_fwd_op(
+    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None, positions: Tensor | None,
+    scale: float, causal: bool, pow_mode: int, store_vu: bool, stats: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(o, τ, log2 Σp̃, u-weighted mean of V or empty, tile map or empty, entropy, support).
+
+    ``positions``: (Nq,) int32 absolute positions of q's rows over k's Nk keys (None: q's rows are
+    the positions 0 … Nq−1). ``stats``: the normalized entropy and support of every row (else the
+    last two outputs are empty).
+    """
+    return _launch_fwd(q, k, v, alpha, slopes, positions, scale, causal, pow_mode, store_vu, stats,
+                       _geometry(q, k.shape[2]))
 
 
 @_entmax_fwd_op.register_fake
@@ -197,17 +211,16 @@ def _entmax_fwd_fake(
             q.new_empty(map_shape, dtype=torch.uint8), *row_stats)
 
 
-@torch.library.custom_op("lengthgen::triton_entmax_bwd", mutates_args=(), schema=_BWD_SCHEMA)
-def _entmax_bwd_op(
+def _launch_bwd(
     do: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
     tau: Tensor, logs: Tensor, vu: Tensor, tile_map: Tensor,
-    scale: float, causal: bool, pow_mode: int, need_q: bool, need_kv: bool,
+    scale: float, causal: bool, pow_mode: int, need_q: bool, need_kv: bool, geo: _Geometry,
+    dq_log: Tensor | None = None, dkdv_log: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(dq or empty, dk or empty, dv or empty)."""
+    """Run the backward kernels (see ``_entmax_bwd_op``); the logs turn on their debug tile counts."""
     kern = _load_kernels()
     B, H, N, D = q.shape
     dev = q.device
-    geo = _geometry(q)
     if do.dtype != q.dtype:
         do = do.to(q.dtype)
     # c_i = dO_i · (u-weighted mean of V); only dq and dk depend on it.
@@ -225,18 +238,31 @@ def _entmax_bwd_op(
         dq = _alloc((B, H, N, D), q.dtype, dev)
         kern.entmax_bwd_dq[(geo.nb_m, B * H)](
             q, k, v, do, dq, alpha, slopes_arg, tau, logs, delta, map_arg,
+            dq_log if dq_log is not None else tau,
             q.stride(), k.stride(), v.stride(), do.stride(), dq.stride(),
-            H, N, geo.nb_m, geo.nb_n, scale, **common,
+            H, N, geo.nb_m, geo.nb_n, scale, LOG_PASSES=dq_log is not None, **common,
         )
     if need_kv:
         dk = _alloc((B, H, N, D), k.dtype, dev)
         dv = _alloc((B, H, N, D), v.dtype, dev)
         kern.entmax_bwd_dkdv[(geo.nb_n, B * H)](
             q, k, v, do, dk, dv, alpha, slopes_arg, tau, logs, delta, map_arg,
+            dkdv_log if dkdv_log is not None else tau,
             q.stride(), k.stride(), v.stride(), do.stride(), dk.stride(), dv.stride(),
-            H, N, geo.nb_m, geo.nb_n, scale, **common,
+            H, N, geo.nb_m, geo.nb_n, scale, LOG_PASSES=dkdv_log is not None, **common,
         )
     return dq, dk, dv
+
+
+@torch.library.custom_op("lengthgen::triton_entmax_bwd", mutates_args=(), schema=_BWD_SCHEMA)
+def _entmax_bwd_op(
+    do: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
+    tau: Tensor, logs: Tensor, vu: Tensor, tile_map: Tensor,
+    scale: float, causal: bool, pow_mode: int, need_q: bool, need_kv: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq or empty, dk or empty, dv or empty)."""
+    return _launch_bwd(do, q, k, v, alpha, slopes, tau, logs, vu, tile_map, scale, causal, pow_mode,
+                       need_q, need_kv, _geometry(q))
 
 
 @_entmax_bwd_op.register_fake

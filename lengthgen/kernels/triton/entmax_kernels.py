@@ -123,6 +123,18 @@ def _score_grad(q, kt, vt, do, tau, logs, delta, alpha, km1, offs_m, offs_n, N, 
     return a, xs, dz
 
 
+#: Slots per row block in the debug pass log: [passes, tiles of pass 0, tiles of pass 1, ...].
+PASS_LOG_WIDTH = tl.constexpr(40)
+
+
+@triton.jit
+def _log_pass(PASS_LOG, bh, pid, NB, pass_idx, tiles):
+    """Debug record: ``tiles`` key tiles computed in pass ``pass_idx`` of program (bh, pid)."""
+    row = PASS_LOG + (bh * NB + pid) * PASS_LOG_WIDTH
+    tl.store(row + 1 + pass_idx, tiles)
+    tl.store(row, pass_idx + 1)
+
+
 #: Integer arguments that change with the sequence length. Triton would otherwise compile one binary
 #: per combination of "is 1" and "is a multiple of 16" of each (3 per kernel over a run training at
 #: lengths 32..64); the kernels mask every tile against them, so those hints buy nothing.
@@ -131,14 +143,14 @@ _LENGTHS = ("NQ", "N", "NB_M", "NB_N")
 
 @triton.jit(do_not_specialize=_LENGTHS)
 def _entmax_fwd(
-    Q, K, V, O, ALPHA, SLOPES, TAU, LOGS, VU, MASK, POS, ENT, SUP,
+    Q, K, V, O, ALPHA, SLOPES, TAU, LOGS, VU, MASK, POS, ENT, SUP, PASS_LOG,
     SQ, SK, SV, SO,
     H, NQ, N, NB_M, NB_N, scale, tol,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, STORE_VU: tl.constexpr,
     USE_MASK: tl.constexpr, MAX_ITER: tl.constexpr, PREC: tl.constexpr, POW_MODE: tl.constexpr,
-    HAS_POS: tl.constexpr, STATS: tl.constexpr,
+    HAS_POS: tl.constexpr, STATS: tl.constexpr, LOG_PASSES: tl.constexpr,
 ):
     """NQ query rows at positions POS (HAS_POS; else rows 0 … NQ−1) over N keys.
 
@@ -170,6 +182,8 @@ def _entmax_fwd(
 
     # ---- pass 0: row max of z' -------------------------------------------------------------
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    if LOG_PASSES:
+        _log_pass(PASS_LOG, bh, pid_m, NB_M, 0, tl.cdiv(n_end, BLOCK_N))
     for start_n in range(0, n_end, BLOCK_N):
         offs_n = start_n + offs_n0
         kt = _tile(k_base, offs_n, SK, offs_d, (offs_n[:, None] < N) & d_ok[None, :])
@@ -193,12 +207,14 @@ def _entmax_fwd(
         s_sum = tl.zeros([BLOCK_M], tl.float32)
         w_sum = tl.zeros([BLOCK_M], tl.float32)
         v_sum = tl.zeros([BLOCK_M], tl.float32)
+        n_tiles = 0
         for start_n in range(0, n_end, BLOCK_N):
             live = 1
             if USE_MASK:
                 # The first pass computes every tile; later ones trust the previous pass's map.
                 live = ((n_iter == 0) | (tl.load(mask_row + start_n // BLOCK_N) != 0)).to(tl.int32)
             if live != 0:
+                n_tiles += 1
                 offs_n = start_n + offs_n0
                 kt = _tile(k_base, offs_n, SK, offs_d, (offs_n[:, None] < N) & d_ok[None, :])
                 z = _scores(q, kt, pos_m, offs_n, N, sc, bias_coef, CAUSAL, HAS_ALIBI, PREC)
@@ -213,6 +229,8 @@ def _entmax_fwd(
                     # lo ≤ τ* always, so a tile with no z' above lo stays outside the support.
                     above = tl.where(row_ok[:, None], z - lo[:, None], float("-inf"))
                     tl.store(mask_row + start_n // BLOCK_N, (tl.max(tl.max(above, 1), 0) > 0.0).to(tl.uint8))
+        if LOG_PASSES:
+            _log_pass(PASS_LOG, bh, pid_m, NB_M, 1 + n_iter, n_tiles)
         s_last = s_sum
         ge = s_sum >= 1.0
         lo = tl.where(ge, tau, lo)
@@ -249,11 +267,13 @@ def _entmax_fwd(
     w_sum = tl.zeros([BLOCK_M], tl.float32)
     plogp = tl.zeros([BLOCK_M], tl.float32)
     count = tl.zeros([BLOCK_M], tl.float32)
+    n_tiles = 0
     for start_n in range(0, n_end, BLOCK_N):
         live = 1
         if USE_MASK:
             live = (tl.load(mask_row + start_n // BLOCK_N) != 0).to(tl.int32)
         if live != 0:
+            n_tiles += 1
             offs_n = start_n + offs_n0
             kv_mask = (offs_n[:, None] < N) & d_ok[None, :]
             kt = _tile(k_base, offs_n, SK, offs_d, kv_mask)
@@ -271,6 +291,8 @@ def _entmax_fwd(
                 w_sum += tl.sum(a, 1)
                 acc_u += tl.dot(a.to(vt.dtype), vt, input_precision=PREC)
 
+    if LOG_PASSES:
+        _log_pass(PASS_LOG, bh, pid_m, NB_M, 1 + n_iter, n_tiles)
     s_safe = tl.where(s_sum > 0.0, s_sum, 1.0)
     o = acc / s_safe[:, None]
     _put_tile(_head_base(O, SO, b, h), offs_m, SO, offs_d, o, qd_mask)
@@ -293,13 +315,13 @@ def _entmax_fwd(
 
 @triton.jit(do_not_specialize=_LENGTHS[1:])
 def _entmax_bwd_dq(
-    Q, K, V, DO, DQ, ALPHA, SLOPES, TAU, LOGS, DELTA, MASK,
+    Q, K, V, DO, DQ, ALPHA, SLOPES, TAU, LOGS, DELTA, MASK, PASS_LOG,
     SQ, SK, SV, SDO, SDQ,
     H, N, NB_M, NB_N, scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, USE_MASK: tl.constexpr, PREC: tl.constexpr,
-    POW_MODE: tl.constexpr,
+    POW_MODE: tl.constexpr, LOG_PASSES: tl.constexpr,
 ):
     """dq_i = scale · Σ_j dz_ij k_j with dz_ij = u_ij (dO_i·v_j − c_i), one program per query block."""
     pid_m, bh, b, h = _program(H)
@@ -321,11 +343,13 @@ def _entmax_bwd_dq(
     mask_row = MASK + bh * (NB_M * NB_N) + pid_m * NB_N
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    n_tiles = 0
     for start_n in range(0, n_end, BLOCK_N):
         live = 1
         if USE_MASK:
             live = (tl.load(mask_row + start_n // BLOCK_N) != 0).to(tl.int32)
         if live != 0:
+            n_tiles += 1
             offs_n = start_n + offs_n0
             kv_mask = (offs_n[:, None] < N) & d_ok[None, :]
             kt = _tile(k_base, offs_n, SK, offs_d, kv_mask)
@@ -333,19 +357,21 @@ def _entmax_bwd_dq(
             a, xs, dz = _score_grad(q, kt, vt, do, tau, logs, delta, alpha, km1, offs_m, offs_n, N, sc,
                                     bias_coef, CAUSAL, HAS_ALIBI, PREC, POW_MODE)
             dq += tl.dot(dz.to(kt.dtype), kt, input_precision=PREC)
+    if LOG_PASSES:
+        _log_pass(PASS_LOG, bh, pid_m, NB_M, 0, n_tiles)
     dq = dq * scale
     _put_tile(_head_base(DQ, SDQ, b, h), offs_m, SDQ, offs_d, dq, qd_mask)
 
 
 @triton.jit(do_not_specialize=_LENGTHS[1:])
 def _entmax_bwd_dkdv(
-    Q, K, V, DO, DK, DV, ALPHA, SLOPES, TAU, LOGS, DELTA, MASK,
+    Q, K, V, DO, DK, DV, ALPHA, SLOPES, TAU, LOGS, DELTA, MASK, PASS_LOG,
     SQ, SK, SV, SDO, SDK, SDV,
     H, N, NB_M, NB_N, scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HAS_ALIBI: tl.constexpr, USE_MASK: tl.constexpr, PREC: tl.constexpr,
-    POW_MODE: tl.constexpr,
+    POW_MODE: tl.constexpr, LOG_PASSES: tl.constexpr,
 ):
     """dv_j = Σ_i p_ij dO_i and dk_j = scale · Σ_i dz_ij q_i, one program per key block."""
     pid_n, bh, b, h = _program(H)
@@ -367,11 +393,13 @@ def _entmax_bwd_dkdv(
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    n_tiles = 0
     for start_m in range(m_start, N, BLOCK_M):
         live = 1
         if USE_MASK:
             live = (tl.load(mask_col + (start_m // BLOCK_M) * NB_N) != 0).to(tl.int32)
         if live != 0:
+            n_tiles += 1
             offs_m = start_m + offs_m0
             row_ok = offs_m < N
             qd_mask = row_ok[:, None] & d_ok[None, :]
@@ -383,6 +411,8 @@ def _entmax_bwd_dkdv(
             p = a * xs * tl.exp2(-logs)[:, None]
             dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
             dk += tl.dot(tl.trans(dz.to(q.dtype)), q, input_precision=PREC)
+    if LOG_PASSES:
+        _log_pass(PASS_LOG, bh, pid_n, NB_N, 0, n_tiles)
     dk = dk * scale
     _put_tile(_head_base(DK, SDK, b, h), offs_n, SDK, offs_d, dk, kv_mask)
     _put_tile(_head_base(DV, SDV, b, h), offs_n, SDV, offs_d, dv, kv_mask)
@@ -399,7 +429,7 @@ def _tuning_configs() -> list[triton.Config]:
     return [triton.Config({}, num_warps=w, num_stages=s) for w, s in ((4, 2), (4, 3), (8, 2))]
 
 
-_KEY = ["HEAD_DIM", "BLOCK_D", "BLOCK_M", "BLOCK_N", "CAUSAL", "HAS_ALIBI", "USE_MASK", "PREC"]
+_KEY = ["HEAD_DIM", "BLOCK_D", "BLOCK_M", "BLOCK_N", "CAUSAL", "HAS_ALIBI", "USE_MASK", "PREC", "LOG_PASSES"]
 # Every kernel writes its outputs without reading them, so re-running during tuning is harmless.
 _FWD_KEY = _KEY + ["STORE_VU", "HAS_POS", "STATS"]
 entmax_fwd = triton.autotune(configs=_tuning_configs(), key=_FWD_KEY)(_entmax_fwd)
