@@ -60,6 +60,8 @@ def main() -> int:
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--heads", type=int, default=1)
     parser.add_argument("--alibi", type=float, default=None, help="one ALiBi slope for every head")
+    parser.add_argument("--regimes", nargs="+", choices=tuple(REGIMES), default=tuple(REGIMES))
+    parser.add_argument("--alphas", nargs="+", type=float, default=ALPHAS)
     parser.add_argument("--no-backward", action="store_true")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args()
@@ -67,9 +69,10 @@ def main() -> int:
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    rows = pass_table(args.n, args.dim, args.heads, device=device, backward=not args.no_backward,
-                      alibi=args.alibi)
-    print(f"N={args.n} B=1 H={args.heads} D={args.dim} causal, 64×64 tiles, "
+    rows = pass_table(args.n, args.dim, args.heads, tuple(args.alphas), tuple(args.regimes), device=device,
+                      backward=not args.no_backward, alibi=args.alibi)
+    alibi = f", ALiBi slope {args.alibi}" if args.alibi is not None else ""
+    print(f"N={args.n} B=1 H={args.heads} D={args.dim} causal{alibi}, 64×64 tiles, "
           f"{'GPU' if device == 'cuda' else 'Triton interpreter'}")
     print(format_table(rows))
     if args.out:

@@ -5,10 +5,14 @@ z_ij = scale·<q_i, k_j> − slope_h·(i − j) over the visible keys (j ≤ i w
 and o_i = Σ_j p_ij v_j. The kernels live in `entmax_kernels` and are imported on
 first call, so importing this module never needs triton; calling it without triton raises RuntimeError.
 
-Forward: one program per (query block, batch·head) makes one pass over the keys for the row max, a
-few Halley/Newton passes for τ (fp32, bracketed, see the kernels module) and one output pass; tiles whose
-scores all lie below a proven lower bound of τ are recorded in a one-byte-per-tile map and skipped by
-the later passes and the backward. Backward, with u = p^(2−α) on the support and g = dO·Vᵀ:
+Forward: two kernels, one program per (query block, batch·head) each. The threshold kernel makes a
+bracket pass (row max and a histogram of the gaps below it) and one Halley refinement pass for τ
+(fp32, bracketed, see the kernels module); the output kernel makes the output pass there, corrected
+to first order in a certified last Newton step, and repeats it only where that is not certified.
+Tiles whose scores all lie below a proven lower bound of τ are recorded in a one-byte-per-tile map
+and skipped by the later passes; tiles without support at the final τ are skipped by the backward.
+
+Backward, with u = p^(2−α) on the support and g = dO·Vᵀ:
 ∂L/∂z = u ⊙ (g − c), c_i = Σ_j u_ij g_ij / Σ_j u_ij = dO_i · (Σ_j u_ij v_j / Σ_j u_ij). The u-weighted
 mean of V is accumulated in the forward's output pass, so c costs one dot product per row and the
 backward is one pass per query block (dq) plus one per key block (dk, dv), without atomics.
@@ -151,7 +155,7 @@ def _launch_fwd(
     scale: float, causal: bool, pow_mode: int, store_vu: bool, stats: bool, geo: _Geometry,
     pass_log: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Run the forward kernel (see ``_entmax_fwd_op``); ``pass_log`` turns on the debug pass record."""
+    """Run the forward kernels (see ``_entmax_fwd_op``); ``pass_log`` turns on the debug pass record."""
     kern = _load_kernels()
     B, H, NQ, D = q.shape
     N = k.shape[2]
@@ -163,20 +167,31 @@ def _launch_fwd(
     ent = _alloc((B, H, NQ), torch.float32, dev) if stats else tau.new_empty(0)
     sup = _alloc((B, H, NQ), torch.float32, dev) if stats else tau.new_empty(0)
     # Zeroed (one byte per tile) only so tiles above the causal diagonal, never visited, are
-    # deterministic; every visited tile is written by the first Newton pass before any read.
+    # deterministic; every visited tile is written by the bracket pass before any read.
     map_shape = (B * H, geo.nb_m, geo.nb_n) if geo.use_mask else (0,)
     tile_map = torch.zeros(map_shape, dtype=torch.uint8, device=dev)
-    kern.entmax_fwd[(geo.nb_m, B * H)](
-        q, k, v, o, alpha, slopes if slopes is not None else alpha, tau, logs,
-        vu if store_vu else tau, tile_map if geo.use_mask else tau,
-        positions if positions is not None else tau, ent if stats else tau, sup if stats else tau,
-        pass_log if pass_log is not None else tau,
+    # τ₂ and its bracket, from the threshold kernel to the output kernel (three allocations: views
+    # into one would start at offsets whose alignment changes with NQ, and Triton specializes on it).
+    tau2, lo, hi = (_alloc((B, H, NQ), torch.float32, dev) for _ in range(3))
+    map_arg = tile_map if geo.use_mask else tau
+    pos_arg = positions if positions is not None else tau
+    log_arg = pass_log if pass_log is not None else tau
+    slopes_arg = slopes if slopes is not None else alpha
+    common = dict(HEAD_DIM=D, BLOCK_D=geo.block_d, BLOCK_M=geo.block_m, BLOCK_N=geo.block_n,
+                  CAUSAL=causal, HAS_ALIBI=slopes is not None, USE_MASK=geo.use_mask, PREC=geo.prec,
+                  POW_MODE=pow_mode, HAS_POS=positions is not None, LOG_PASSES=pass_log is not None)
+    grid = (geo.nb_m, B * H)
+    kern.entmax_fwd_threshold[grid](
+        q, k, alpha, slopes_arg, tau2, lo, hi, map_arg, pos_arg, log_arg,
+        q.stride(), k.stride(),
+        H, NQ, N, geo.nb_m, geo.nb_n, scale, _TOL, **common,
+    )
+    kern.entmax_fwd_output[grid](
+        q, k, v, o, alpha, slopes_arg, tau2, lo, hi, tau, logs, vu if store_vu else tau, map_arg, pos_arg,
+        ent if stats else tau, sup if stats else tau, log_arg,
         q.stride(), k.stride(), v.stride(), o.stride(),
         H, NQ, N, geo.nb_m, geo.nb_n, scale, _TOL,
-        HEAD_DIM=D, BLOCK_D=geo.block_d, BLOCK_M=geo.block_m, BLOCK_N=geo.block_n,
-        CAUSAL=causal, HAS_ALIBI=slopes is not None, STORE_VU=store_vu,
-        USE_MASK=geo.use_mask, MAX_ITER=_MAX_ITER, PREC=geo.prec, POW_MODE=pow_mode,
-        HAS_POS=positions is not None, STATS=stats, LOG_PASSES=pass_log is not None,
+        STORE_VU=store_vu, MAX_ITER=_MAX_ITER, STATS=stats, **common,
     )
     return o, tau, logs, vu, tile_map, ent, sup
 
