@@ -347,6 +347,20 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, full_rows: bool) -> None:
         raise RuntimeError("the Triton interpreter cannot run bf16; use fp32/fp16 on CPU or a GPU")
 
 
+def _checked_arguments(
+    q: Tensor, k: Tensor, v: Tensor, alpha: float | Tensor, alibi_slopes: Tensor | None, scale: float | None,
+    full_rows: bool,
+) -> tuple[Tensor, Tensor | None, float]:
+    """The kernels' per-call arguments, checked: (α per head, ALiBi slopes per head or None, scale)."""
+    _load_kernels()
+    _check_inputs(q, k, v, full_rows)
+    _check_alpha(alpha)
+    H, D = q.shape[1], q.shape[3]
+    alpha_t = _per_head(alpha, H, q.device, "alpha")
+    slopes_t = None if alibi_slopes is None else _per_head(alibi_slopes, H, q.device, "alibi_slopes")
+    return alpha_t, slopes_t, 1.0 / math.sqrt(D) if scale is None else float(scale)
+
+
 def triton_entmax_attention(
     q: Tensor,
     k: Tensor,
@@ -370,13 +384,8 @@ def triton_entmax_attention(
     ``return_stats``: also (entropy, support), each (B, H, Nq): H(p_i)/log(visible keys) (0 for
     one key) and the number of keys with p_ij > 0, accumulated in the output pass.
     """
-    _load_kernels()
-    _check_inputs(q, k, v, q_positions is None)
-    _check_alpha(alpha)
+    alpha_t, slopes_t, scale_f = _checked_arguments(q, k, v, alpha, alibi_slopes, scale, q_positions is None)
     B, H, N, D = q.shape
-    alpha_t = _per_head(alpha, H, q.device, "alpha")
-    slopes_t = None if alibi_slopes is None else _per_head(alibi_slopes, H, q.device, "alibi_slopes")
-    scale_f = 1.0 / math.sqrt(D) if scale is None else float(scale)
     positions = None
     if q_positions is not None:
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):

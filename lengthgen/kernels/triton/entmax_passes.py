@@ -8,7 +8,6 @@ under TRITON_INTERPRET=1, so the work a GPU would do can be counted without one 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,28 +77,14 @@ def _visible_tiles(n: int, rows: int, cols: int, block_rows: int, block_cols: in
 
 
 def count_passes(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    alpha: float | Tensor = 1.5,
-    causal: bool = True,
-    alibi_slopes: Tensor | None = None,
-    scale: float | None = None,
-    *,
-    blocks: tuple[int, int] = GPU_BLOCKS,
-    backward: bool = True,
-    seed: int = 0,
+    q: Tensor, k: Tensor, v: Tensor, alpha: float | Tensor = 1.5, alibi_slopes: Tensor | None = None, *,
+    causal: bool = True, blocks: tuple[int, int] = GPU_BLOCKS, backward: bool = True, seed: int = 0,
 ) -> PassCounts:
     """Run the forward (and, with ``backward``, both backward kernels on a random dO) with the pass
-    record on. q, k, v: (B, H, N, D), every row (as training calls it)."""
-    te._load_kernels()
-    te._check_inputs(q, k, v, True)
-    te._check_alpha(alpha)
+    record on. q, k, v: (B, H, N, D), every row (as training calls it); scale 1/sqrt(D)."""
+    alpha_t, slopes_t, scale_f = te._checked_arguments(q, k, v, alpha, alibi_slopes, None, True)
     B, H, N, D = q.shape
     geo = te._geometry(q, N, blocks)
-    alpha_t = te._per_head(alpha, H, q.device, "alpha")
-    slopes_t = None if alibi_slopes is None else te._per_head(alibi_slopes, H, q.device, "alibi_slopes")
-    scale_f = 1.0 / math.sqrt(D) if scale is None else float(scale)
     pow_mode = te._pow_mode(alpha)
     width = int(te._load_kernels().PASS_LOG_WIDTH)
     fwd_log = torch.zeros((B * H, geo.nb_m, width), dtype=torch.int32, device=q.device)
