@@ -731,32 +731,46 @@ def _entmax_bwd_dkdv(
 
 
 #: Set to 1 to autotune num_warps/num_stages over ``_CONFIGS``. Off by default: each config is one
-#: more compilation of each kernel for every specialization (dtype, head size, α mode, ALiBi, ...), and
-#: the threshold kernel takes 10-20 s to compile for sm_90 (``benchmarks/triton_compile.py``), which
-#: cost a 6-minute GPU session most of its time; the first config is the one the kernels were written
-#: for (4 warps on 64×64 tiles, two stages: no spills in the backward kernels).
+#: more compilation of each kernel for every specialization (dtype, head size, α mode, ALiBi, ...),
+#: and the threshold kernel alone takes 5-17 s to compile for sm_90 (``benchmarks/triton_compile.py``),
+#: which cost a 6-minute GPU session most of its time.
 AUTOTUNE_ENV = "LENGTHGEN_TRITON_AUTOTUNE"
 _CONFIGS = ((4, 2), (4, 3), (8, 2))
 
 
+def _untuned_config(configs: list[triton.Config], named_args: dict[str, Any],
+                    **kwargs: Any) -> list[triton.Config]:
+    """The one config used without tuning: 8 warps for fp32 inputs, whose exact ("ieee") dots are FMA
+    loops (with 4 warps ptxas spills them: 0.9-7.5 KB of stack against 0-56 bytes, twice the PTX),
+    4 warps for bf16/fp16, whose dots run on the tensor cores in warp groups of 4 (no spills)."""
+    warps = 8 if kwargs.get("PREC", named_args.get("PREC")) == "ieee" else 4
+    return [c for c in configs if c.num_warps == warps and c.num_stages == 2]
+
+
 def _tuning_configs() -> list[triton.Config]:
-    """One config under the interpreter (it cannot time anything) and by default on a GPU; all of
-    ``_CONFIGS`` with ``LENGTHGEN_TRITON_AUTOTUNE=1``.
+    """One config under the interpreter (it cannot time anything); on a GPU the configs
+    ``_untuned_config`` picks from, or with ``LENGTHGEN_TRITON_AUTOTUNE=1`` all of ``_CONFIGS``.
 
     Block sizes are not tuned: the backward reuses the forward's tile-liveness map, so all three
     kernels must agree on BLOCK_M/BLOCK_N, which the Python wrapper picks.
     """
     if triton.knobs.runtime.interpret:
         return [triton.Config({}, num_warps=1, num_stages=1)]
-    tune = os.environ.get(AUTOTUNE_ENV, "0") == "1"
-    return [triton.Config({}, num_warps=w, num_stages=s) for w, s in (_CONFIGS if tune else _CONFIGS[:1])]
+    return [triton.Config({}, num_warps=w, num_stages=s) for w, s in _CONFIGS]
+
+
+def _tuning() -> bool:
+    return os.environ.get(AUTOTUNE_ENV, "0") == "1" and not triton.knobs.runtime.interpret
 
 
 def _autotune(key: list[str]) -> Any:
-    """``triton.autotune`` over ``_tuning_configs()``, its timings kept on disk where this Triton can
-    (``cache_results``, Triton ≥ 3.4), so another process does not benchmark the configs again."""
+    """``triton.autotune`` over ``_tuning_configs()``: one config by default (``_untuned_config``:
+    compiled once, never timed), all three with tuning, their timings kept on disk where this Triton
+    can (``cache_results``, Triton ≥ 3.4) so that another process does not time them again."""
     supported = "cache_results" in inspect.signature(triton.autotune).parameters
-    extra = {"cache_results": True} if supported else {}
+    extra: dict[str, Any] = {"cache_results": True} if supported else {}
+    if not _tuning() and not triton.knobs.runtime.interpret:
+        extra["prune_configs_by"] = {"early_config_prune": _untuned_config}
     return triton.autotune(configs=_tuning_configs(), key=key, **extra)
 
 
