@@ -741,8 +741,9 @@ _CONFIGS = ((4, 2), (4, 3), (8, 2))
 def _untuned_config(configs: list[triton.Config], named_args: dict[str, Any],
                     **kwargs: Any) -> list[triton.Config]:
     """The one config used without tuning: 8 warps for fp32 inputs, whose exact ("ieee") dots are FMA
-    loops (with 4 warps ptxas spills them: 0.9-7.5 KB of stack against 0-56 bytes, twice the PTX),
-    4 warps for bf16/fp16, whose dots run on the tensor cores in warp groups of 4 (no spills)."""
+    loops (at head size 32 with 4 warps ptxas 13 spills: 0.9-7.5 KB of stack against 0-56 bytes,
+    and twice the PTX); 4 warps for bf16/fp16, whose dots run on the tensor cores in warp groups of
+    4 (no spills)."""
     warps = 8 if kwargs.get("PREC", named_args.get("PREC")) == "ieee" else 4
     return [c for c in configs if c.num_warps == warps and c.num_stages == 2]
 
