@@ -5,7 +5,24 @@
 
 Needs torch, triton, numpy, pandas, pyarrow, pydantic and typer, and no network; ``adasplash`` and
 ``entmax`` are used when they import (their absence is recorded with the reason). Sections, each
-with a time budget so the whole stays under 6 minutes (what a budget cut is recorded):
+with a time budget so the whole stays under 6 minutes (what a budget cut is recorded), run in the
+order below by default (``--sections`` runs those it names in the order it names them):
+
+0. ``compile``: every Triton α-entmax kernel specialization the later sections launch, compiled in
+   parallel worker processes into Triton's disk cache (``triton_compile.warm_cache``), so that the
+   sections load binaries instead of compiling them one after another;
+1. ``training`` (below: 4), softmax before ASEntmax, the fixed length before drawn lengths;
+2. ``kernels`` (below: 2);
+3. ``correctness`` (below: 1);
+4. ``evaluation`` (below: 5);
+5. ``passes`` (below: 3).
+
+The JSON is rewritten (a temporary file renamed over it) after every case and each row is printed
+as it is measured, so a run stopped anywhere keeps what it measured. After ``--deadline-s`` (330 s)
+no case starts; at ``--hard-limit-s`` (the deadline + 30 s) a watchdog records the case still
+running, writes the JSON and ends the process (exit status 3).
+
+Sections by content:
 
 1. ``correctness``: the Triton α-entmax kernel against an fp64 α-entmax (bisection on the
    materialized scores), forward and gradients in fp32, bf16 and fp16, and the engine's evaluation
@@ -40,6 +57,7 @@ import platform
 import re
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -51,11 +69,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-#: Seconds each section may start new cases in (the last case started may run past it), and the
-#: whole run's: a section also stops where only the later sections' reserves would be left.
-BUDGETS = {"correctness": 60.0, "kernels": 100.0, "passes": 30.0, "training": 110.0, "evaluation": 45.0}
-TOTAL_S = 330.0
-RESERVE_S = 20.0
+#: Seconds each section may start new cases in (the last case started may run past it), in the
+#: default order: the Triton cache warmed first, then the most wanted measurements (training
+#: steps/s, the kernels against SDPA), then the checks already made on a GPU.
+#: A section also stops where only the later sections' reserves would be left before the deadline.
+BUDGETS = {"compile": 90.0, "training": 100.0, "kernels": 60.0, "correctness": 60.0, "evaluation": 40.0,
+           "passes": 20.0}
+DEADLINE_S = 330.0
+GRACE_S = 30.0
+RESERVE_S = 10.0
 SECTIONS = tuple(BUDGETS)
 
 
@@ -81,7 +103,7 @@ def make_setup(smoke: bool) -> Setup:
     if smoke:
         return Setup(True, "cuda" if torch.cuda.is_available() else "cpu", torch.float32, (64,), (1, 2, 16),
                      (128,), 3, 1, 2, 2)
-    return Setup(False, "cuda", torch.bfloat16, (4096, 16384, 65536), (2, 8, 64), (4096, 16384), 200, 30,
+    return Setup(False, "cuda", torch.bfloat16, (4096, 16384, 65536), (2, 8, 64), (4096, 16384), 150, 30,
                  1024, 32)
 
 
@@ -99,12 +121,102 @@ class Budget:
         return min(self.seconds - (now - self.start), self.deadline - now)
 
 
+class Report:
+    """The run's JSON, kept on disk as it grows: rewritten whole (a temporary file renamed over it)
+    after every case, so a run stopped anywhere (its deadline, a timeout, a crash) leaves a valid file
+    with every case measured so far; each row is printed as it is measured."""
+
+    def __init__(self, path: Path, result: dict[str, Any]) -> None:
+        self.path = path
+        self.result = result
+        self.section: dict[str, Any] = {"rows": []}
+        self.running = ""
+        self._lock = threading.Lock()
+
+    def open(self, name: str) -> None:
+        self.section = {"status": "running", "rows": []}
+        self.result["sections"][name] = self.section
+        print(f"\n== {name} ==", flush=True)
+        self.save()
+
+    def start(self, budget: Budget, case: dict[str, Any]) -> bool:
+        """Whether ``case`` may start: if so it is noted as the running case, else recorded as skipped."""
+        if budget.left() < 0:
+            self.add({**case, "skipped": "time budget spent"})
+            return False
+        self.running = " ".join(f"{k}={v}" for k, v in case.items())
+        return True
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.running = ""
+        self.section["rows"].append(row)
+        print("  " + "  ".join(f"{k}={_fmt(v)}" for k, v in row.items()), flush=True)
+        self.save()
+
+    def close(self, fields: dict[str, Any], seconds: float) -> None:
+        self.section.update(fields)
+        if self.section["status"] == "running":
+            self.section["status"] = "ok"
+        self.section["seconds"] = seconds
+        print(f"[{seconds:.0f} s, {self.section['status']}]", flush=True)
+        self.save()
+
+    def abort(self, why: str) -> None:
+        """Record that the run was stopped (and in which case) and write the JSON."""
+        self.section["status"] = "aborted"
+        if self.running:
+            self.section["running_case"] = self.running
+        self.result["aborted"] = why
+        print(f"\naborted: {why}" + (f" (running: {self.running})" if self.running else ""), flush=True)
+        self.save()
+
+    def save(self) -> None:
+        with self._lock:
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(json.dumps(self.result, indent=1, default=str) + "\n")
+            os.replace(tmp, self.path)
+
+
+def arm_watchdog(report: Report, seconds: float, limit: float) -> threading.Timer:
+    """In ``seconds``, write what the run has and end the process with status 3 (a case can hang or
+    compile for minutes, and the sections stop only between cases)."""
+
+    def fire() -> None:
+        report.result.setdefault("seconds", {})["total"] = limit
+        try:
+            report.abort(f"hard limit of {limit:.0f} s reached")
+        finally:
+            os._exit(3)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def optional_module(name: str) -> tuple[Any, str]:
     """(module, '') when ``name`` imports, else (None, why not)."""
     try:
         return __import__(name), ""
     except Exception as exc:  # not installed, or broken on this machine
         return None, f"{type(exc).__name__}: {exc}"
+
+
+# ---- 0. compile ----------------------------------------------------------------------------------
+
+
+def section_compile(setup: Setup, budget: Budget, report: Report) -> dict[str, Any]:
+    """Warm Triton's disk cache with every α-entmax specialization the GPU sections launch, in
+    parallel processes (a GPU machine has cores to spare; the kernels compile 1-20 s each)."""
+    if setup.smoke:
+        report.add({"skipped": "the Triton interpreter compiles nothing"})
+        return {}
+    from triton_compile import GPU_RUN_VARIANTS, warm_cache
+
+    workers = max(1, min(12, (os.cpu_count() or 2) - 2))
+    start = time.perf_counter()
+    warm_cache(GPU_RUN_VARIANTS, workers, budget.left(), report.add)
+    return {"workers": workers, "wall_s": time.perf_counter() - start}
 
 
 # ---- 1. correctness ------------------------------------------------------------------------------
@@ -166,7 +278,7 @@ def nape_slopes(heads: int, device: str) -> Any:
     return torch.tensor([1.0 / k for k in range(1, half + 1)] + [0.0] * (heads - half), device=device)
 
 
-def check_kernel(setup: Setup, budget: Budget) -> list[dict[str, Any]]:
+def check_kernel(setup: Setup, budget: Budget, report: Report) -> None:
     """Forward and gradient errors of the kernel against fp64, per dtype."""
     import torch
 
@@ -183,11 +295,12 @@ def check_kernel(setup: Setup, budget: Budget) -> list[dict[str, Any]]:
         cases = [(1, 2, 70, 16, f32, 1.5, True, 1e-5, 1e-5),
                  (1, 2, 45, 16, f32, torch.tensor([1.25, 2.0]), True, 1e-5, 1e-5)]
     g = torch.Generator(device=setup.device).manual_seed(0)
-    rows = []
     for B, H, N, D, dtype, alpha, alibi, ftol, gtol in cases:
-        if budget.left() < 0:
-            rows.append({"case": f"N={N} {dtype}", "skipped": "time budget spent"})
+        label = alpha.tolist() if isinstance(alpha, torch.Tensor) else alpha
+        case = f"B={B} H={H} N={N} D={D} {str(dtype)[6:]} α={label} alibi={alibi}"
+        if not report.start(budget, {"case": case}):
             continue
+        start = time.perf_counter()
         q, k, v = (torch.randn(B, H, N, D, device=setup.device, generator=g).to(dtype).requires_grad_()
                    for _ in range(3))
         slopes = 2.0 ** (-8.0 * torch.arange(1, H + 1, device=setup.device) / H) if alibi else None
@@ -199,14 +312,12 @@ def check_kernel(setup: Setup, budget: Budget) -> list[dict[str, Any]]:
         ref_grads = torch.autograd.grad(r, (q, k, v), do.double())
         ferr = (o.double() - r).abs().max().item()
         gerr = max(((x.double() - y).norm() / y.norm()).item() for x, y in zip(grads, ref_grads, strict=True))
-        label = alpha.tolist() if isinstance(alpha, torch.Tensor) else alpha
-        rows.append({"case": f"B={B} H={H} N={N} D={D} {str(dtype)[6:]} α={label} alibi={alibi}",
-                     "forward_max_error": ferr, "gradient_relative_error": gerr,
-                     "ok": bool(ferr <= ftol and gerr <= gtol and torch.isfinite(o).all())})
-    return rows
+        report.add({"case": case, "forward_max_error": ferr, "gradient_relative_error": gerr,
+                    "ok": bool(ferr <= ftol and gerr <= gtol and torch.isfinite(o).all()),
+                    "seconds": time.perf_counter() - start})
 
 
-def check_evaluation_paths(setup: Setup) -> list[dict[str, Any]]:
+def check_evaluation_paths(setup: Setup, budget: Budget, report: Report) -> None:
     """The engine's evaluation calls against the fp64 materialized path."""
     import warnings
 
@@ -223,8 +334,11 @@ def check_evaluation_paths(setup: Setup) -> list[dict[str, Any]]:
     slopes = nape_slopes(heads, dev)
     picked = torch.randperm(n - 2, generator=torch.Generator().manual_seed(2))[: n // 8] + 1
     rows_at = torch.cat([torch.tensor([0, n - 1]), picked]).to(dev)
-    out_rows = []
     for alpha in (1.5, 1.25, 2.0):
+        case = f"triton α={alpha}, {rows_at.numel()} of {n} rows, diagnostics"
+        if not report.start(budget, {"case": case}):
+            continue
+        start = time.perf_counter()
         with torch.no_grad():
             out, st = entmax_attention(q[:, :, rows_at], k, v, alpha, True, slopes, q_positions=rows_at,
                                        impl="triton", return_stats=True)
@@ -233,12 +347,15 @@ def check_evaluation_paths(setup: Setup) -> list[dict[str, Any]]:
         err = (out.double() - ref).abs().max().item()
         ent = (st["entropy"].double() - rst["entropy"].double()).abs().max().item()
         sup = (st["support"] - rst["support"]).abs().max().item()
-        out_rows.append({"case": f"triton α={alpha}, {rows_at.numel()} of {n} rows, diagnostics",
-                         "forward_max_error": err, "entropy_max_error": ent, "support_max_error": sup,
-                         "ok": err <= 1e-5 and ent <= 1e-5 and sup <= 1})
+        report.add({"case": case, "forward_max_error": err, "entropy_max_error": ent,
+                    "support_max_error": sup, "ok": err <= 1e-5 and ent <= 1e-5 and sup <= 1,
+                    "seconds": time.perf_counter() - start})
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # FlexAttention on a CPU (--smoke) warns that it is unfused
         for name, pos in (("all rows", torch.arange(n, device=dev)), ("row subset", rows_at)):
+            if not report.start(budget, {"case": f"flex softmax, NAPE, {name}"}):
+                continue
+            start = time.perf_counter()
             out, diag = attend(q[:, :, pos], k, v, Softmax(), q_positions=pos, alibi_slopes=slopes,
                                impl="flex", diagnostics=True)
             ref, rdiag = attend(q[:, :, pos].double(), k.double(), v.double(), Softmax(), q_positions=pos,
@@ -246,14 +363,16 @@ def check_evaluation_paths(setup: Setup) -> list[dict[str, Any]]:
             assert diag is not None and rdiag is not None
             err = (out.double() - ref).abs().max().item()
             ent = (diag.entropy.double() - rdiag.entropy.double()).abs().max().item()
-            out_rows.append({"case": f"flex softmax, NAPE, {name}", "forward_max_error": err,
-                             "entropy_max_error": ent, "ok": err <= 1e-4 and ent <= 1e-4})
-    return out_rows
+            report.add({"case": f"flex softmax, NAPE, {name}", "forward_max_error": err,
+                        "entropy_max_error": ent, "ok": err <= 1e-4 and ent <= 1e-4,
+                        "seconds": time.perf_counter() - start})
 
 
-def section_correctness(setup: Setup, budget: Budget) -> dict[str, Any]:
-    rows = check_kernel(setup, budget) + check_evaluation_paths(setup)
-    return {"rows": rows, "ok": all(r.get("ok", True) for r in rows)}
+def section_correctness(setup: Setup, budget: Budget, report: Report) -> dict[str, Any]:
+    """The evaluation paths first (they compile only the forward), then the kernel per dtype."""
+    check_evaluation_paths(setup, budget, report)
+    check_kernel(setup, budget, report)
+    return {"ok": all(r.get("ok", True) for r in report.section["rows"])}
 
 
 # ---- 2. kernels ----------------------------------------------------------------------------------
@@ -313,16 +432,16 @@ def _calls(fn: Callable[..., Any], q: Any, k: Any, v: Any, do: Any) -> tuple[Cal
     return forward, forward_backward
 
 
-def section_kernels(setup: Setup, budget: Budget) -> dict[str, Any]:
+def section_kernels(setup: Setup, budget: Budget, report: Report) -> dict[str, Any]:
     import torch
 
     impls, skipped = attention_impls(setup)
     B, H, D = setup.kernel_shape
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = report.section["rows"]
     compiled: set[str] = set()
     for n in setup.kernel_sizes:
         if budget.left() < 0:
-            rows.append({"n": n, "skipped": "time budget spent"})
+            report.add({"n": n, "skipped": "time budget spent"})
             continue
         g = torch.Generator(device=setup.device).manual_seed(n)
         q, k, v = (torch.randn(B, H, n, D, device=setup.device, generator=g, dtype=setup.kernel_dtype)
@@ -330,6 +449,8 @@ def section_kernels(setup: Setup, budget: Budget) -> dict[str, Any]:
         do = torch.randn_like(q)
         for name, fn in impls.items():
             row: dict[str, Any] = {"n": n, "impl": name}
+            if not report.start(budget, row):
+                continue
             try:
                 forward, forward_backward = _calls(fn, q, k, v, do)
                 start = time.perf_counter()
@@ -347,7 +468,7 @@ def section_kernels(setup: Setup, budget: Budget) -> dict[str, Any]:
                     row["compile_s"] = max(0.0, first - steady)
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            rows.append(row)
+            report.add(row)
             if setup.device == "cuda":
                 torch.cuda.empty_cache()
     by_n: dict[int, dict[str, Any]] = {}
@@ -367,30 +488,32 @@ def section_kernels(setup: Setup, budget: Budget) -> dict[str, Any]:
                                                           / ada["forward_backward_ms"])
             ratios.append(ratio)
     shape = {"B": B, "H": H, "D": D, "dtype": str(setup.kernel_dtype)[6:], "causal": True, "alpha": 1.5}
-    return {"shape": shape,
-            "rows": rows, "ratios": ratios, "skipped": skipped,
+    for ratio in ratios:
+        print("  ratio " + "  ".join(f"{k}={_fmt(v)}" for k, v in ratio.items()), flush=True)
+    return {"shape": shape, "ratios": ratios, "skipped": skipped,
             "compile_s": sum(r.get("compile_s", 0.0) for r in rows)}
 
 
 # ---- 3. passes -----------------------------------------------------------------------------------
 
 
-def section_passes(setup: Setup, budget: Budget) -> dict[str, Any]:
+def section_passes(setup: Setup, budget: Budget, report: Report) -> dict[str, Any]:
     from entmax_passes import ALPHAS, REGIMES, pass_table
 
-    rows: list[dict[str, Any]] = []
+    on_gpu = setup.device == "cuda"
     for i, n in enumerate(setup.pass_sizes):
-        if budget.left() < 0:
-            rows.append({"n": n, "skipped": "time budget spent"})
-            continue
         # Every regime and α at the first size; the training regime (random, α = 1.5) above it.
         alphas, regimes = (ALPHAS, tuple(REGIMES)) if i == 0 else ((1.5,), ("random",))
         if setup.smoke:
             alphas = (1.5,)
-        on_gpu = setup.device == "cuda"
-        rows += pass_table(n, dim=64 if on_gpu else 16, heads=8 if on_gpu else 1, alphas=alphas,
-                           regimes=regimes, device=setup.device)
-    return {"tiles": "64×64", "rows": rows}
+        for regime in regimes:
+            for alpha in alphas:
+                if not report.start(budget, {"regime": regime, "alpha": alpha, "n": n}):
+                    continue
+                for row in pass_table(n, dim=64 if on_gpu else 16, heads=8 if on_gpu else 1, alphas=(alpha,),
+                                      regimes=(regime,), device=setup.device):
+                    report.add(row)
+    return {"tiles": "64×64"}
 
 
 # ---- 4. training ---------------------------------------------------------------------------------
@@ -456,40 +579,42 @@ def time_training(preset: str, attn: str, varying: bool, precision: str, setup: 
             "compile_s": max(0.0, marks[skip] - start - skip * step_s), "loop_s": total}
 
 
-def section_training(setup: Setup, budget: Budget) -> dict[str, Any]:
-    cases = [(preset, attn, varying, precision)
-             for preset in ("paper-tasks", "paper")
-             for attn in ("asentmax", "softmax")
-             for precision in (("fp32", "bf16") if preset == "paper" else ("fp32",))
-             for varying in (False, True)]
-    rows: list[dict[str, Any]] = []
-    for preset, attn, varying, precision in cases:
-        if budget.left() < 0:
-            rows.append({"preset": preset, "attn": attn, "lengths": "32..64" if varying else "64",
-                         "precision": precision, "skipped": "time budget spent"})
+#: Training cases, the most wanted first: the paper preset (the steps/s goal is set there) before
+#: paper-tasks, the fixed length before drawn lengths, softmax (nothing to compile) before ASEntmax.
+TRAINING_CASES = tuple(
+    (preset, attn, varying, precision)
+    for varying in (False, True)
+    for preset in ("paper", "paper-tasks")
+    for precision in (("fp32", "bf16") if preset == "paper" else ("fp32",))
+    for attn in ("softmax", "asentmax"))
+
+
+def section_training(setup: Setup, budget: Budget, report: Report) -> dict[str, Any]:
+    for preset, attn, varying, precision in TRAINING_CASES:
+        case = {"preset": preset, "attn": attn, "lengths": "32..64" if varying else "64",
+                "precision": precision}
+        if not report.start(budget, case):
             continue
         try:
-            rows.append(time_training(preset, attn, varying, precision, setup))
+            report.add(time_training(preset, attn, varying, precision, setup))
         except Exception as exc:
-            rows.append({"preset": preset, "attn": attn, "precision": precision,
-                         "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-    return {"task": "mqmtar", "rows": rows, "compile_s": sum(r.get("compile_s", 0.0) for r in rows)}
+            report.add({**case, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+    rows = report.section["rows"]
+    return {"task": "mqmtar", "compile_s": sum(r.get("compile_s", 0.0) for r in rows)}
 
 
 # ---- 5. evaluation -------------------------------------------------------------------------------
 
 
-def section_evaluation(setup: Setup, budget: Budget) -> dict[str, Any]:
+def section_evaluation(setup: Setup, budget: Budget, report: Report) -> dict[str, Any]:
     import torch
 
     from lengthgen.config import build_run_config
     from lengthgen.harness.evaluate import evaluate_length
     from lengthgen.harness.run import build
 
-    rows: list[dict[str, Any]] = []
     for attn in ("asentmax", "softmax"):
-        if budget.left() < 0:
-            rows.append({"attn": attn, "skipped": "time budget spent"})
+        if not report.start(budget, {"attn": attn}):
             continue
         config = build_run_config("mqmtar", attn, preset="paper-tasks")
         task, model = build(config)
@@ -502,20 +627,20 @@ def section_evaluation(setup: Setup, budget: Budget) -> dict[str, Any]:
         warm = time.perf_counter() - start
         result = evaluate_length(model, task, length, setup.eval_factor, config.eval, device,
                                  n_samples=setup.eval_samples, progress=False)
-        rows.append({"attn": attn, "length": length, "factor": setup.eval_factor, "samples": result.n_samples,
-                     "seconds": result.eval_seconds, "first_sample_s": warm, "weights": "untrained"})
-    for row in rows:
-        if "seconds" in row:  # the first sample's time above a timed sample's: compilation, warm-up
-            row["compile_s"] = max(0.0, row["first_sample_s"] - row["seconds"] / row["samples"])
-    return {"task": "mqmtar", "preset": "paper-tasks", "rows": rows,
+        # The first sample's time above a timed sample's: compilation, warm-up.
+        report.add({"attn": attn, "length": length, "factor": setup.eval_factor, "samples": result.n_samples,
+                    "seconds": result.eval_seconds, "first_sample_s": warm, "weights": "untrained",
+                    "compile_s": max(0.0, warm - result.eval_seconds / max(1, result.n_samples))})
+    rows = report.section["rows"]
+    return {"task": "mqmtar", "preset": "paper-tasks",
             "compile_s": sum(r.get("compile_s", 0.0) for r in rows)}
 
 
 # ---- the run -------------------------------------------------------------------------------------
 
-RUNNERS: dict[str, Callable[[Setup, Budget], dict[str, Any]]] = {
-    "correctness": section_correctness, "kernels": section_kernels, "passes": section_passes,
-    "training": section_training, "evaluation": section_evaluation,
+RUNNERS: dict[str, Callable[[Setup, Budget, Report], dict[str, Any]]] = {
+    "compile": section_compile, "correctness": section_correctness, "kernels": section_kernels,
+    "passes": section_passes, "training": section_training, "evaluation": section_evaluation,
 }
 
 
@@ -537,19 +662,16 @@ def environment(setup: Setup) -> dict[str, Any]:
             "optional": {name: (optional_module(name)[1] or "present") for name in ("adasplash", "entmax")}}
 
 
-def print_tables(result: dict[str, Any]) -> None:
-    """A compact table per section (the JSON has everything)."""
+def print_summary(result: dict[str, Any]) -> None:
+    """One line per section (the rows were printed as they came; the JSON has everything)."""
     env = result["environment"]
-    print(f"device: {env['device']}  torch {env['torch']}  triton {env['triton']}  commit {env['commit']}")
+    print(f"\ndevice: {env['device']}  torch {env['torch']}  triton {env['triton']}  commit {env['commit']}")
     for name, section in result["sections"].items():
-        print(f"\n== {name} ({section['seconds']:.0f} s, {section['status']}) ==")
-        for row in section.get("rows", []):
-            print("  " + "  ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
-        for ratio in section.get("ratios", []):
-            print("  ratio " + "  ".join(f"{k}={_fmt(v)}" for k, v in ratio.items()))
-        for impl, why in section.get("skipped", {}).items():
-            print(f"  {impl} skipped: {why}")
-    print(f"\ntotal {result['seconds']['total']:.0f} s, of which compilation/warm-up "
+        rows = section.get("rows", [])
+        skipped = sum(1 for r in rows if "skipped" in r)
+        print(f"  {name}: {section.get('seconds', 0.0):.0f} s, {section['status']}, "
+              f"{len(rows) - skipped} cases measured, {skipped} skipped")
+    print(f"total {result['seconds']['total']:.0f} s, of which compilation/warm-up "
           f"{result['seconds']['compile']:.0f} s")
 
 
@@ -564,7 +686,12 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="every section at tiny sizes on CPU (Triton under TRITON_INTERPRET=1)")
     parser.add_argument("--out-dir", type=Path, default=HERE / "results", help="where the JSON goes")
-    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                        help="the sections to run, in this order (default: all, in the order above)")
+    parser.add_argument("--deadline-s", type=float, default=DEADLINE_S,
+                        help="no case starts after this many seconds")
+    parser.add_argument("--hard-limit-s", type=float, default=None,
+                        help="when the run ends, writing what it has, even mid-case (default: deadline+30)")
     args = parser.parse_args()
     import torch
 
@@ -576,32 +703,39 @@ def main() -> int:
     elif os.environ.get("TRITON_INTERPRET", "0") == "1":
         print("unset TRITON_INTERPRET to benchmark the compiled kernels.", file=sys.stderr)
         return 2
-    setup = make_setup(args.smoke)
     start = time.perf_counter()
-    result: dict[str, Any] = {"environment": environment(setup), "budgets_s": {**BUDGETS, "total": TOTAL_S},
-                              "sections": {}}
+    setup = make_setup(args.smoke)
+    env = environment(setup)
+    device = re.sub(r"[^a-z0-9]+", "-", env["device"].lower()).strip("-")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.date.today().isoformat()
+    path = args.out_dir / f"gpu-{stamp}-{device}{'-smoke' if setup.smoke else ''}.json"
+    report = Report(path, {"environment": env, "deadline_s": args.deadline_s,
+                           "budgets_s": {name: BUDGETS[name] for name in args.sections},
+                           "order": list(args.sections), "sections": {}})
+    print(f"writing {path} after every case", flush=True)
+    hard_limit = args.deadline_s + GRACE_S if args.hard_limit_s is None else args.hard_limit_s
+    report.result["hard_limit_s"] = hard_limit
+    arm_watchdog(report, hard_limit - (time.perf_counter() - start), hard_limit)
     for i, name in enumerate(args.sections):
         t0 = time.perf_counter()
-        deadline = start + TOTAL_S - RESERVE_S * (len(args.sections) - 1 - i)
+        deadline = start + args.deadline_s - RESERVE_S * (len(args.sections) - 1 - i)
+        report.open(name)
         try:
-            section = {"status": "ok", **RUNNERS[name](setup, Budget(BUDGETS[name], deadline))}
+            fields = RUNNERS[name](setup, Budget(BUDGETS[name], deadline), report)
         except Exception as exc:
-            section = {"status": "error", "error": f"{type(exc).__name__}: {exc}",
-                       "traceback": traceback.format_exc()[-3000:]}
-        section["seconds"] = time.perf_counter() - t0
-        result["sections"][name] = section
-        print(f"[{name}: {section['seconds']:.0f} s, {section['status']}]", flush=True)
-    result["seconds"] = {"total": time.perf_counter() - start,
-                         "compile": sum(s.get("compile_s", 0.0) for s in result["sections"].values())}
-    device = re.sub(r"[^a-z0-9]+", "-", result["environment"]["device"].lower()).strip("-")
-    stamp = datetime.date.today().isoformat()
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    path = args.out_dir / f"gpu-{stamp}-{device}{'-smoke' if setup.smoke else ''}.json"
-    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print_tables(result)
+            report.section["status"] = "error"
+            fields = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+            print(fields["traceback"], flush=True)
+        report.close(fields, time.perf_counter() - t0)
+    sections = report.result["sections"]
+    report.result["seconds"] = {"total": time.perf_counter() - start,
+                                "compile": sum(s.get("compile_s", 0.0) for s in sections.values())}
+    report.save()
+    print_summary(report.result)
     print(f"\nwrote {path}")
-    correct = result["sections"].get("correctness", {}).get("ok", True)
-    return 0 if correct and all(s["status"] == "ok" for s in result["sections"].values()) else 1
+    correct = sections.get("correctness", {}).get("ok", True)
+    return 0 if correct and all(s["status"] == "ok" for s in sections.values()) else 1
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("triton")
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ("correctness", "kernels", "passes", "training", "evaluation")
+SECTIONS = ("compile", "training", "kernels", "correctness", "evaluation", "passes")
 
 
 @pytest.mark.slow
@@ -26,8 +26,10 @@ def test_gpu_benchmark_smoke_writes_every_section(tmp_path: Path) -> None:
     (path,) = tmp_path.glob("gpu-*-smoke.json")
     result = json.loads(path.read_text())
     sections = result["sections"]
-    assert tuple(sections) == SECTIONS
+    assert tuple(sections) == SECTIONS and result["order"] == list(SECTIONS)
     assert all(section["status"] == "ok" for section in sections.values())
+    assert sections["compile"]["rows"] == [{"skipped": "the Triton interpreter compiles nothing"}]
+    assert "aborted" not in result and not list(tmp_path.glob("*.tmp"))
     assert sections["correctness"]["ok"] and all(row["ok"] for row in sections["correctness"]["rows"])
     kernels = {row["impl"]: row for row in sections["kernels"]["rows"]}
     assert kernels["entmax1.5"]["forward_ms"] > 0 and kernels["sdpa"]["forward_backward_ms"] > 0
@@ -44,3 +46,53 @@ def test_gpu_benchmark_smoke_writes_every_section(tmp_path: Path) -> None:
     assert [row["attn"] for row in evaluation] == ["asentmax", "softmax"]
     assert all(row["seconds"] > 0 and row["weights"] == "untrained" for row in evaluation)
     assert result["seconds"]["total"] > 0 and "compile" in result["seconds"]
+
+
+def _gpu_module():
+    """benchmarks/gpu.py as a module (it is a script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_benchmark", ROOT / "benchmarks" / "gpu.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_json_on_disk_has_every_case_as_soon_as_it_is_measured(tmp_path: Path) -> None:
+    gpu = _gpu_module()
+    path = tmp_path / "gpu.json"
+    report = gpu.Report(path, {"environment": {}, "sections": {}})
+    report.open("training")
+    budget = gpu.Budget(100.0)
+    assert report.start(budget, {"attn": "softmax"})
+    report.add({"attn": "softmax", "steps_per_s": 12.5})
+    on_disk = json.loads(path.read_text())
+    row = {"attn": "softmax", "steps_per_s": 12.5}
+    assert on_disk["sections"]["training"] == {"status": "running", "rows": [row]}
+    assert not report.start(gpu.Budget(-1.0), {"attn": "asentmax"})  # budget spent: recorded as skipped
+    report.close({"task": "mqmtar"}, 3.0)
+    on_disk = json.loads(path.read_text())["sections"]["training"]
+    assert on_disk["status"] == "ok" and on_disk["task"] == "mqmtar" and on_disk["seconds"] == 3.0
+    assert on_disk["rows"][1] == {"attn": "asentmax", "skipped": "time budget spent"}
+    assert [p.name for p in tmp_path.iterdir()] == ["gpu.json"]  # the temporary file was renamed
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_its_hard_limit_leaves_a_valid_json(tmp_path: Path) -> None:
+    """The watchdog ends a run whose case outlives the deadline: what was measured stays, and the JSON
+    says which case was running."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--smoke", "--out-dir", str(tmp_path),
+               "--sections", "compile", "correctness", "--hard-limit-s", "6"]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (path,) = tmp_path.glob("gpu-*-smoke.json")
+    result = json.loads(path.read_text())
+    assert result["aborted"] == "hard limit of 6 s reached"
+    statuses = [section["status"] for section in result["sections"].values()]
+    assert statuses[-1] == "aborted" and all(status == "ok" for status in statuses[:-1])
+    correctness = result["sections"].get("correctness")
+    if correctness is not None:  # (on a slow machine the limit may come before the section starts)
+        assert correctness["running_case"].startswith("case=")

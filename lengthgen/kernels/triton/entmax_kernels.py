@@ -33,6 +33,10 @@ bracket's lower end, and the output pass and both backward kernels skip every ti
 
 from __future__ import annotations
 
+import inspect
+import os
+from typing import Any
+
 import triton
 import triton.language as tl
 
@@ -150,10 +154,11 @@ def _log_pass(PASS_LOG, bh, pid, NB, pass_idx, tiles):
     tl.store(row, pass_idx + 1)
 
 
-#: Integer arguments that change with the sequence length. Triton would otherwise compile one binary
-#: per combination of "is 1" and "is a multiple of 16" of each (3 per kernel over a run training at
-#: lengths 32..64); the kernels mask every tile against them, so those hints buy nothing.
-_LENGTHS = ("NQ", "N", "NB_M", "NB_N")
+#: Integer arguments that change with the sequence length, and the head count. Triton would otherwise
+#: compile one binary per combination of "is 1" and "is a multiple of 16" of each (3 per kernel over a
+#: run training at lengths 32..64, and one more for 16 heads than for 4); the kernels mask every tile
+#: against the lengths and only divide by H, so those hints buy nothing.
+_LENGTHS = ("NQ", "N", "NB_M", "NB_N", "H")
 
 
 #: Gap histogram of the bracket pass: NBINS bins counted in 4-bit fields of one uint64 per lane; a
@@ -211,14 +216,22 @@ def _histogram_add(hist, z, top, inv_w):
     return hist + tl.where(b < NBINS, inc, tl.zeros_like(inc))
 
 
+#: Every fourth 4-bit field, each moved into a 16-bit slot of its own: summed over the lanes, a slot
+#: holds at most FIELD_MAX · BLOCK_N < 2^16, so four integer sums per row count all sixteen fields.
+SLOTS = tl.constexpr(0x000F000F000F000F)
+
+
 @triton.jit
 def _unpack_counts(hist, BLOCK_M: tl.constexpr):
-    """Per-row counts (BLOCK_M, NBINS) of the lanes' 4-bit fields."""
+    """Per-row counts (BLOCK_M, NBINS) of the lanes' 4-bit fields: field b is slot b // 4 of the
+    lane sum of group b % 4 (four reductions instead of one per field; the same integers)."""
     bins = tl.arange(0, NBINS)
+    slot_shift = (16 * (bins // 4)).to(tl.uint64)
     counts = tl.zeros([BLOCK_M, NBINS], tl.float32)
-    for b in tl.static_range(NBINS):
-        col = tl.sum(((hist >> (4 * b)) & 15).to(tl.float32), 1)
-        counts += tl.where(bins[None, :] == b, col[:, None], 0.0)
+    for g in tl.static_range(4):
+        sums = tl.sum((hist >> (4 * g)) & SLOTS, 1)
+        fields = ((sums[:, None] >> slot_shift[None, :]) & 0xFFFF).to(tl.float32)
+        counts += tl.where((bins % 4 == g)[None, :], fields, 0.0)
     return counts
 
 
@@ -717,24 +730,56 @@ def _entmax_bwd_dkdv(
     _put_tile(_head_base(DV, SDV, b, h), offs_n, SDV, offs_d, dv, kv_mask)
 
 
+#: Set to 1 to autotune num_warps/num_stages over ``_CONFIGS``. Off by default: each config is one
+#: more compilation of each kernel for every specialization (dtype, head size, α mode, ALiBi, ...),
+#: and the threshold kernel alone takes 5-17 s to compile for sm_90 (``benchmarks/triton_compile.py``),
+#: which cost a 6-minute GPU session most of its time.
+AUTOTUNE_ENV = "LENGTHGEN_TRITON_AUTOTUNE"
+_CONFIGS = ((4, 2), (4, 3), (8, 2))
+
+
+def _untuned_config(configs: list[triton.Config], named_args: dict[str, Any],
+                    **kwargs: Any) -> list[triton.Config]:
+    """The one config used without tuning: 8 warps for fp32 inputs, whose exact ("ieee") dots are FMA
+    loops (at head size 32 with 4 warps ptxas 13 spills: 0.9-7.5 KB of stack against 0-56 bytes,
+    and twice the PTX); 4 warps for bf16/fp16, whose dots run on the tensor cores in warp groups of
+    4 (no spills)."""
+    warps = 8 if kwargs.get("PREC", named_args.get("PREC")) == "ieee" else 4
+    return [c for c in configs if c.num_warps == warps and c.num_stages == 2]
+
+
 def _tuning_configs() -> list[triton.Config]:
-    """One config under the interpreter (it cannot time anything); a few warp/stage choices on GPU.
+    """One config under the interpreter (it cannot time anything); on a GPU the configs
+    ``_untuned_config`` picks from, or with ``LENGTHGEN_TRITON_AUTOTUNE=1`` all of ``_CONFIGS``.
 
     Block sizes are not tuned: the backward reuses the forward's tile-liveness map, so all three
     kernels must agree on BLOCK_M/BLOCK_N, which the Python wrapper picks.
     """
     if triton.knobs.runtime.interpret:
         return [triton.Config({}, num_warps=1, num_stages=1)]
-    return [triton.Config({}, num_warps=w, num_stages=s) for w, s in ((4, 2), (4, 3), (8, 2))]
+    return [triton.Config({}, num_warps=w, num_stages=s) for w, s in _CONFIGS]
+
+
+def _tuning() -> bool:
+    return os.environ.get(AUTOTUNE_ENV, "0") == "1" and not triton.knobs.runtime.interpret
+
+
+def _autotune(key: list[str]) -> Any:
+    """``triton.autotune`` over ``_tuning_configs()``: one config by default (``_untuned_config``:
+    compiled once, never timed), all three with tuning, their timings kept on disk where this Triton
+    can (``cache_results``, Triton ≥ 3.4) so that another process does not time them again."""
+    supported = "cache_results" in inspect.signature(triton.autotune).parameters
+    extra: dict[str, Any] = {"cache_results": True} if supported else {}
+    if not _tuning() and not triton.knobs.runtime.interpret:
+        extra["prune_configs_by"] = {"early_config_prune": _untuned_config}
+    return triton.autotune(configs=_tuning_configs(), key=key, **extra)
 
 
 _KEY = ["HEAD_DIM", "BLOCK_D", "BLOCK_M", "BLOCK_N", "CAUSAL", "HAS_ALIBI", "USE_MASK", "PREC", "LOG_PASSES"]
 # Re-running a kernel during tuning is harmless: the output kernel reads only what the threshold
 # kernel wrote (τ₂, the bracket, bit 0 of the map) and writes elsewhere, and rewrites the map's bits
 # to the same values; the others write their outputs without reading them.
-entmax_fwd_threshold = triton.autotune(configs=_tuning_configs(), key=_KEY + ["POW_MODE", "HAS_POS"])(
-    _entmax_fwd_threshold)
-_OUT_KEY = _KEY + ["POW_MODE", "STORE_VU", "HAS_POS", "STATS"]
-entmax_fwd_output = triton.autotune(configs=_tuning_configs(), key=_OUT_KEY)(_entmax_fwd_output)
-entmax_bwd_dq = triton.autotune(configs=_tuning_configs(), key=_KEY)(_entmax_bwd_dq)
-entmax_bwd_dkdv = triton.autotune(configs=_tuning_configs(), key=_KEY)(_entmax_bwd_dkdv)
+entmax_fwd_threshold = _autotune(_KEY + ["POW_MODE", "HAS_POS"])(_entmax_fwd_threshold)
+entmax_fwd_output = _autotune(_KEY + ["POW_MODE", "STORE_VU", "HAS_POS", "STATS"])(_entmax_fwd_output)
+entmax_bwd_dq = _autotune(_KEY)(_entmax_bwd_dq)
+entmax_bwd_dkdv = _autotune(_KEY)(_entmax_bwd_dkdv)
