@@ -109,11 +109,12 @@ class _RowEntmax(torch.autograd.Function):
 
 
 def entmax_rows(z: Tensor, alpha: float) -> Tensor:
-    """α-entmax along the last dim of float32 CPU scores, α in (1, 2]; differentiable in z.
+    """α-entmax along the last dim of float32 CPU scores, α in (1, 2] (checked by the caller: the
+    engine, once per call); differentiable in z.
 
     Scores must be finite or −inf (masked keys): NaN or +inf rows go to the torch reference,
     which defines them (the kernel is compiled for finite arithmetic).
     """
     if bool(torch.isnan(z).any()) or bool((z == float("inf")).any()):
-        return entmax(z, alpha, dim=-1)
+        return entmax(z, alpha, dim=-1, checked=True)
     return _RowEntmax.apply(z, alpha)
