@@ -11,8 +11,9 @@ from typing import Any
 
 import pandas as pd
 
-from lengthgen.config import RunConfig, build_run_config
-from lengthgen.harness.schema import config_hash_of, run_id_of, wilson_interval
+from lengthgen.config import RunConfig, build_run_config, config_hash_of
+from lengthgen.harness.storage.identity import run_id_of
+from lengthgen.harness.storage.schema import wilson_interval
 
 #: Strings an adversarial result folder might carry.
 SCRIPT = 'x"><img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
@@ -94,7 +95,7 @@ def tiny_sweep(out: Path) -> Path:
 
 def result_folder(root: Path, name: str, rows: pd.DataFrame, source: str | None = None) -> Path:
     """A result folder ``root/name`` with one data file per run, and ``source.toml`` when given."""
-    from lengthgen.harness.results import write_parquet_atomic
+    from lengthgen.harness.storage.results import write_parquet_atomic
 
     path = root / name
     (path / "data").mkdir(parents=True)

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from lengthgen.cli import app
 from lengthgen.harness.evaluate import wilson_interval
-from lengthgen.harness.results import write_parquet_atomic
+from lengthgen.harness.storage.results import write_parquet_atomic
 from lengthgen.leaderboard.ablations import ablation_table, load_ablations
 from lengthgen.leaderboard.reproduce import eval_commands
 

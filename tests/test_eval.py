@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from lengthgen.cli import app
 from lengthgen.config import build_run_config
-from lengthgen.harness.reevaluate import merge_rows
-from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
 from lengthgen.harness.run import execute
+from lengthgen.harness.storage.results import rows_to_frame, write_parquet_atomic
+from lengthgen.harness.storage.store import merge_rows
 
 runner = CliRunner()
 TINY = {"train.steps": 30, "train.batch_size": 16, "train.val_samples": 16, "train.val_every": 15,

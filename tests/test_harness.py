@@ -13,8 +13,8 @@ from lengthgen.attention import ATTENTION
 from lengthgen.cli import app
 from lengthgen.config import EvalConfig, RunConfig, build_run_config
 from lengthgen.harness.evaluate import wilson_interval
-from lengthgen.harness.results import COLUMNS, read_results
 from lengthgen.harness.run import build, execute
+from lengthgen.harness.storage.results import COLUMNS, read_results
 from lengthgen.harness.train import lr_at, train, train_lengths, validate
 from lengthgen.model import ModelConfig, Transformer
 from lengthgen.presets import PAPER

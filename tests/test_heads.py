@@ -13,7 +13,14 @@ from hostile import tiny_config  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
-from lengthgen.harness.heads import HeadTally, _hooked, _knock_out, head_weights, keys_holding, profile_heads
+from lengthgen.harness.recorded.heads import (
+    HeadTally,
+    _hooked,
+    _knock_out,
+    head_weights,
+    keys_holding,
+    profile_heads,
+)
 from lengthgen.harness.run import execute
 from lengthgen.tasks import get_task
 from lengthgen.testing import make_model
@@ -72,7 +79,7 @@ def test_a_knock_out_is_the_head_removed_from_the_output_projection() -> None:
 def test_profiles_cover_every_head_and_an_unused_head_costs_nothing(tmp_path: Path) -> None:
     torch.set_num_threads(1)
     frame = execute(tiny_config(), tmp_path, progress=False)
-    from lengthgen.harness.reevaluate import load_model, load_saved_run
+    from lengthgen.harness.recorded.saved import load_model, load_saved_run
 
     run = load_saved_run(tmp_path / frame["run_id"].iloc[0])
     task = get_task("copy")
@@ -123,7 +130,7 @@ def test_a_folder_without_a_run_is_refused(tmp_path: Path) -> None:
 def test_roles_of_the_top_key_cover_every_scored_token_once_per_head(tmp_path: Path) -> None:
     """MQMTAR names the roles of positions: each head's tally counts every scored answer token once,
     split by the model's answer being right or wrong, and the command prints them."""
-    from lengthgen.harness.heads import profile_run
+    from lengthgen.harness.recorded.heads import profile_run
 
     torch.set_num_threads(1)
     frame = execute(tiny_config("mqmtar", **{"train.train_length": 16}), tmp_path, progress=False)
@@ -150,7 +157,7 @@ def test_roles_of_the_top_key_cover_every_scored_token_once_per_head(tmp_path: P
 def test_a_task_variant_is_profiled_and_named(tmp_path: Path) -> None:
     """``--param`` profiles the same weights on a task variant (MQMTAR's planted near misses), says
     so in the header, and refuses a variant with another vocabulary, as ``lengthgen eval`` does."""
-    from lengthgen.harness.reevaluate import open_trained
+    from lengthgen.harness.recorded.saved import open_trained
 
     torch.set_num_threads(1)
     frame = execute(tiny_config("mqmtar", **{"train.train_length": 16}), tmp_path, progress=False)

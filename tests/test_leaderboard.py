@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from lengthgen.cli import app
 from lengthgen.harness.evaluate import wilson_interval
-from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
+from lengthgen.harness.storage.results import rows_to_frame, write_parquet_atomic
 from lengthgen.leaderboard import (
     PAPER_LABEL,
     PROTOCOL_LABEL,

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 from leaderboard_rows import ROWS, make_rows, study_rows  # tests/ is on sys.path
 
-from lengthgen.harness.results import write_parquet_atomic
+from lengthgen.harness.storage.results import write_parquet_atomic
 from lengthgen.leaderboard import write_leaderboard
 from lengthgen.leaderboard.budget_page import StudySource
 

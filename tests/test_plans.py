@@ -19,8 +19,8 @@ from lengthgen.cli import app
 from lengthgen.config import RunConfig
 from lengthgen.errors import UserError
 from lengthgen.harness.evaluate import wilson_interval
-from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
 from lengthgen.harness.resume import STATE_FILE, TrainingProgress, save_progress
+from lengthgen.harness.storage.results import rows_to_frame, write_parquet_atomic
 from lengthgen.leaderboard import load_rows
 from lengthgen.leaderboard.rows import prepared, runs, setting_of
 from lengthgen.leaderboard.selection import select_settings

@@ -12,7 +12,7 @@ from hostile import tiny_config  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
-from lengthgen.harness.positions import PositionAccuracy, accuracy_by_position, answer_positions
+from lengthgen.harness.recorded.answers import PositionAccuracy, accuracy_by_position, answer_positions
 from lengthgen.harness.run import execute
 from lengthgen.tasks import get_task
 

@@ -13,9 +13,9 @@ from test_harness import tiny_config  # tests/ is on sys.path
 
 from lengthgen.harness import resume
 from lengthgen.harness import run as run_module
-from lengthgen.harness.identity import run_columns
 from lengthgen.harness.resume import STATE_FILE
 from lengthgen.harness.run import build, execute
+from lengthgen.harness.storage.identity import run_columns
 from lengthgen.harness.tracking import Tracker
 from lengthgen.harness.train import TrainResult, train
 
@@ -128,7 +128,7 @@ def test_a_restore_stopped_mid_training_resumes_from_its_scratch_folder(tmp_path
     from typer.testing import CliRunner
 
     from lengthgen.cli import app
-    from lengthgen.harness.restore import SCRATCH_PREFIX, restore_run
+    from lengthgen.harness.recorded.restore import SCRATCH_PREFIX, restore_run
 
     sweep = tmp_path / "sweep"
     made = CliRunner().invoke(app, [

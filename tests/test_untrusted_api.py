@@ -14,7 +14,7 @@ import pytest
 
 import lengthgen
 from lengthgen.errors import UserError
-from lengthgen.harness.results import write_parquet_atomic
+from lengthgen.harness.storage.results import write_parquet_atomic
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 REPO = Path(__file__).resolve().parents[1]

@@ -189,7 +189,7 @@ def test_the_provenance_git_call_ignores_inherited_git_settings(tmp_path: Path,
 def test_an_ablation_whose_about_is_a_link_is_refused(tmp_path: Path) -> None:
     from leaderboard_rows import make_rows
 
-    from lengthgen.harness.results import write_parquet_atomic
+    from lengthgen.harness.storage.results import write_parquet_atomic
     from lengthgen.leaderboard.ablations import load_ablations
 
     secret = tmp_path / "secret.md"

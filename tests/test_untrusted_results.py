@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from lengthgen import files
 from lengthgen.cli import app
 from lengthgen.errors import UserNotice
-from lengthgen.harness.results import load_results, read_results_file, write_parquet_atomic
-from lengthgen.harness.schema import row_problem
+from lengthgen.harness.storage.results import load_results, read_results_file, write_parquet_atomic
+from lengthgen.harness.storage.schema import row_problem
 from lengthgen.leaderboard import write_leaderboard
 from lengthgen.leaderboard.safe import neutralise, slug
 
@@ -138,7 +138,8 @@ def test_a_task_name_cannot_write_outside_out(tmp_path: Path) -> None:
     assert all(p.is_relative_to(tmp_path / "out") or p.is_relative_to(tmp_path / "in") for p in written)
     assert set(Path("/tmp").glob("x/PWNED*")) == before
     plots = sorted(p.name for p in (tmp_path / "out" / "plots").iterdir())
-    assert plots == [f"{slug(TRAVERSAL)}_dispersion.svg", f"{slug(TRAVERSAL)}_exact_match.svg"]
+    assert plots == ["overview.svg", f"{slug(TRAVERSAL)}_dispersion.svg",
+                     f"{slug(TRAVERSAL)}_exact_match.svg"]
     assert f"plots/{slug(TRAVERSAL)}_exact_match.svg" in (tmp_path / "out" / "README.md").read_text()
 
 

@@ -24,11 +24,10 @@ from typer.testing import CliRunner
 from lengthgen.cli import app
 from lengthgen.config import RunConfig
 from lengthgen.errors import UserNotice
-from lengthgen.harness import reevaluate
 from lengthgen.harness import run as harness_run
-from lengthgen.harness.identity import run_key
 from lengthgen.harness.run import config_text, execute, save_training_rows
-from lengthgen.harness.store import run_lock, save_rows
+from lengthgen.harness.storage.identity import run_key
+from lengthgen.harness.storage.store import run_lock, save_rows
 from lengthgen.kernels.engine import attend
 from lengthgen.kernels.normalizers import Custom
 from lengthgen.model import Transformer
@@ -285,8 +284,9 @@ def test_eval_waits_for_the_run_lock_and_merges(run_dir: Path) -> None:
 
 
 # -- row 10: Ctrl-C keeps the lengths done --------------------------------------------------------
-def interrupt_on_call(module: object, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    real, calls = module.evaluate_length, {"n": 0}  # type: ignore[attr-defined]
+def interrupt_on_call(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C at the n-th length evaluated (the one loop over lengths of ``run`` and ``eval``)."""
+    real, calls = harness_run.evaluate_length, {"n": 0}
 
     def evaluate_length(*args: object, **kwargs: object) -> object:
         calls["n"] += 1
@@ -294,11 +294,11 @@ def interrupt_on_call(module: object, n: int, monkeypatch: pytest.MonkeyPatch) -
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(module, "evaluate_length", evaluate_length)
+    monkeypatch.setattr(harness_run, "evaluate_length", evaluate_length)
 
 
 def test_ctrl_c_during_eval_keeps_the_lengths_done(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    interrupt_on_call(reevaluate, 2, monkeypatch)
+    interrupt_on_call(2, monkeypatch)
     result = evaluate(str(run_dir), "--max-factor", "8")
     assert result.exit_code == 130 and "interrupted: the rows of the lengths evaluated so far are saved" \
         in result.stderr
@@ -322,7 +322,7 @@ def test_sigterm_during_eval_keeps_the_lengths_done(run_dir: Path) -> None:
 
 
 def test_ctrl_c_during_a_run_keeps_the_lengths_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    interrupt_on_call(harness_run, 3, monkeypatch)
+    interrupt_on_call(3, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         execute(tiny_config(**{"eval.max_factor": 4}), tmp_path, progress=False)
     (run,) = tmp_path.iterdir()
@@ -403,7 +403,7 @@ def test_rows_eval_writes_pass_the_reader(run_dir: Path) -> None:
     """The rows lengthgen writes always pass its own checks (no warning when read back)."""
     import warnings
 
-    from lengthgen.harness.results import read_results_file
+    from lengthgen.harness.storage.results import read_results_file
 
     assert evaluate(str(run_dir), "--max-factor", "4").exit_code == 0
     with warnings.catch_warnings():

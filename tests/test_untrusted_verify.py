@@ -17,8 +17,8 @@ from hostile import forged, relabel, tiny_sweep  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
-from lengthgen.harness import verify
-from lengthgen.harness.results import load_results, write_parquet_atomic
+from lengthgen.harness.recorded import verify
+from lengthgen.harness.storage.results import load_results, write_parquet_atomic
 from lengthgen.leaderboard.verified import coverage, verification_line
 from lengthgen.plans.plan import board_run_ids, load_plan, survey
 

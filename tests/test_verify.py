@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from lengthgen import provenance
 from lengthgen.cli import app
 from lengthgen.errors import UserNotice
-from lengthgen.harness import verify
-from lengthgen.harness.results import write_parquet_atomic
+from lengthgen.harness.recorded import verify
+from lengthgen.harness.storage.results import write_parquet_atomic
 
 runner = CliRunner()
 

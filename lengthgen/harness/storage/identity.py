@@ -17,7 +17,7 @@ from typing import Any
 from lengthgen import provenance
 from lengthgen.config import RunConfig
 
-__all__ = ["backend_package", "config_hash_of", "made_now", "run_columns", "run_id_of", "run_key",
+__all__ = ["backend_package", "made_now", "run_columns", "run_id_of", "run_key",
            "safe_name"]
 
 
@@ -32,11 +32,6 @@ def safe_name(text: str, max_length: int = 120) -> str:
     if len(name) > max_length:
         name = f"{name[: max_length - 9]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
     return name
-
-
-def config_hash_of(config_json: str) -> str:
-    """The hash a run records for its config: the first 16 hex digits of SHA-256 of the JSON text."""
-    return hashlib.sha256(config_json.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def run_id_of(config: RunConfig, config_hash: str) -> str:
