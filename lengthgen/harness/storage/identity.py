@@ -1,10 +1,11 @@
 """Which run a results row belongs to, and which code made it: the columns every writer of rows
 fills the same way (a run, a sweep recording a run that died, ``lengthgen eval``).
 
-A run's id is ``task-attn-pos-s<seed>-<hash8>`` (``run_id_of``) made safe as a folder name
-(``safe_name``): the name of its run folder and of its sweep data file (``run_key``). A row made
-by a run or ``lengthgen eval`` also names the distribution that provided its backend
-(``backend_package``); a row recorded for a run that died may not be able to.
+A run's id is ``task-attn-pos-s<seed>-<hash8>`` (``run_id_of``; the hash is the config's own,
+``config.config_hash_of`` of its recorded JSON) made safe as a folder name (``safe_name``): the
+name of its run folder and of its sweep data file (``run_key``). A row made by a run or
+``lengthgen eval`` also names the distribution that provided its backend (``backend_package``); a
+row recorded for a run that died may not be able to.
 """
 
 from __future__ import annotations
