@@ -447,6 +447,7 @@ def test_the_published_plan_builds_and_the_board_holds_only_its_runs() -> None:
         for point in block.sweep.points() or [{}]:
             possible.update(run_key(c) for c in configs_at(block, point, block.sweep.seeds))
     committed = {p.stem for p in (REPO / "leaderboard" / "data").glob("*.parquet")}
+    assert committed, "leaderboard/data holds no runs: nothing would be checked"
     assert committed <= possible, sorted(committed - possible)[:3]
     assert {b.task for b in blocks(plan)} == {"mqmtar", "copy", "sort", "max_retrieval", "flip_flop"}
     assert all(len(b.sweep.seeds) == 3 for b in blocks(plan))
