@@ -39,7 +39,7 @@ def test_the_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert set(rows["attn"]) == {"softmax", "asentmax"} and set(rows["seed"]) == {0, 1}
     assert sorted(set(rows["factor"])) == [1, 2, 4, 8, 16]  # swept to 8x, then evaluated to 16x
     assert len(rows) == 4 * 5 and tuple(rows.columns[: len(COLUMNS)]) == COLUMNS
-    assert Path("runs").is_dir() and Path("runs/sweeps/notebook/data").is_dir()
+    assert (Path("runs").is_dir() and Path("runs/sweeps/notebook/data").is_dir())  # under runs/, ignored
 
 
 def test_the_names_are_functions_even_next_to_the_sweeps_module() -> None:

@@ -176,6 +176,7 @@ def test_failures_recorded_skipped_and_retried(tmp_path: Path) -> None:
     lines = readme.splitlines()
     assert any(line.startswith("| softmax | nape |") for line in lines)
     assert any(spec in line and line.endswith(" | — 0/1 learned |") for line in lines)  # the failed run
+    assert any(spec in line and line.endswith(" | 1 | 1 |") for line in lines)  # its settings: 1 seed, failed
     command = next(line for line in readme.splitlines() if line.startswith("lengthgen sweep "))
     rebuilt = runner.invoke(app, shlex.split(command)[1:] + ["--quiet"])
     assert "0 ok, 0 failed this time; 2 already recorded (1 failed" in rebuilt.output, rebuilt.output

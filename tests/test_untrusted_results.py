@@ -138,8 +138,8 @@ def test_a_task_name_cannot_write_outside_out(tmp_path: Path) -> None:
     assert all(p.is_relative_to(tmp_path / "out") or p.is_relative_to(tmp_path / "in") for p in written)
     assert set(Path("/tmp").glob("x/PWNED*")) == before
     plots = sorted(p.name for p in (tmp_path / "out" / "plots").iterdir())
-    assert plots == ["overview.svg", f"{slug(TRAVERSAL)}_dispersion.svg",
-                     f"{slug(TRAVERSAL)}_exact_match.svg"]
+    name = slug(TRAVERSAL)
+    assert plots == ["overview.svg", f"{name}_dispersion.svg", f"{name}_exact_match.svg"]
     assert f"plots/{slug(TRAVERSAL)}_exact_match.svg" in (tmp_path / "out" / "README.md").read_text()
 
 

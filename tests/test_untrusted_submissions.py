@@ -173,7 +173,7 @@ def test_copies_that_disagree_are_flagged_and_identical_copies_merge(tmp_path: P
     assert f"| ⚠ {run}: exact_match at 1× differs from the copy in ours |" in sources
     assert "⚠ run " in sources and "| softmax @ B |" in readme and "softmax @ C" not in readme
     assert "1 runs identical to an earlier folder's, shown once" in sources
-    copy = readme[readme.index("## copy"):readme.index("The paper's protocol")]
+    copy = readme[readme.index("## copy"):readme.index("The settings behind these rows")]
     assert copy.count("| softmax |") == 1
     rows, sources_found = load_sources([str(tmp_path / "ours"), str(b), str(c)])
     assert {s.label: s.merged for s in sources_found} == {"ours": 0, "B": 0, "C": 1}

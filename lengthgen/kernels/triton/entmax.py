@@ -5,10 +5,14 @@ z_ij = scale·<q_i, k_j> − slope_h·(i − j) over the visible keys (j ≤ i w
 and o_i = Σ_j p_ij v_j. The kernels live in `entmax_kernels` and are imported on
 first call, so importing this module never needs triton; calling it without triton raises RuntimeError.
 
-Forward: one program per (query block, batch·head) makes one pass over the keys for the row max, a
-few Halley/Newton passes for τ (fp32, bracketed, see the kernels module) and one output pass; tiles whose
-scores all lie below a proven lower bound of τ are recorded in a one-byte-per-tile map and skipped by
-the later passes and the backward. Backward, with u = p^(2−α) on the support and g = dO·Vᵀ:
+Forward: two kernels, one program per (query block, batch·head) each. The threshold kernel makes a
+bracket pass (row max and a histogram of the gaps below it) and one Halley refinement pass for τ
+(fp32, bracketed, see the kernels module); the output kernel makes the output pass there, corrected
+to first order in a certified last Newton step, and repeats it only where that is not certified.
+Tiles whose scores all lie below a proven lower bound of τ are recorded in a one-byte-per-tile map
+and skipped by the later passes; tiles without support at the final τ are skipped by the backward.
+
+Backward, with u = p^(2−α) on the support and g = dO·Vᵀ:
 ∂L/∂z = u ⊙ (g − c), c_i = Σ_j u_ij g_ij / Σ_j u_ij = dO_i · (Σ_j u_ij v_j / Σ_j u_ij). The u-weighted
 mean of V is accumulated in the forward's output pass, so c costs one dot product per row and the
 backward is one pass per query block (dq) plus one per key block (dk, dv), without atomics.
@@ -116,11 +120,15 @@ class _Geometry(NamedTuple):
     prec: str
 
 
-def _geometry(q: Tensor, n_keys: int | None = None) -> _Geometry:
-    """Tiling shared by the forward and both backward kernels (the tile map ties them together)."""
+def _geometry(q: Tensor, n_keys: int | None = None, blocks: tuple[int, int] | None = None) -> _Geometry:
+    """Tiling shared by the forward and both backward kernels (the tile map ties them together).
+
+    ``blocks``: (BLOCK_M, BLOCK_N) instead of the device's choice (the pass counter uses the GPU's
+    tiles under the interpreter, so its counts are those a GPU would make).
+    """
     B, H, N, D = q.shape
     block_d = max(16, triton_next_pow2(D))
-    bm, bn = _block_sizes(block_d, _interpreting())
+    bm, bn = blocks if blocks is not None else _block_sizes(block_d, _interpreting())
     nb_m, nb_n = -(-N // bm), -(-(N if n_keys is None else n_keys) // bn)
     use_mask = B * H * nb_m * nb_n <= _MAX_MASK_TILES
     # fp32 inputs get exact fp32 dots (no TF32) so fp32 results match the fp64 reference to ~1e-6.
@@ -142,6 +150,52 @@ _BWD_SCHEMA = (
 )
 
 
+def _launch_fwd(
+    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None, positions: Tensor | None,
+    scale: float, causal: bool, pow_mode: int, store_vu: bool, stats: bool, geo: _Geometry,
+    pass_log: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Run the forward kernels (see ``_entmax_fwd_op``); ``pass_log`` turns on the debug pass record."""
+    kern = _load_kernels()
+    B, H, NQ, D = q.shape
+    N = k.shape[2]
+    dev = q.device
+    o = _alloc((B, H, NQ, D), q.dtype, dev)
+    tau = _alloc((B, H, NQ), torch.float32, dev)
+    logs = _alloc((B, H, NQ), torch.float32, dev)
+    vu = _alloc((B, H, NQ, geo.block_d), torch.float32, dev) if store_vu else tau.new_empty(0)
+    ent = _alloc((B, H, NQ), torch.float32, dev) if stats else tau.new_empty(0)
+    sup = _alloc((B, H, NQ), torch.float32, dev) if stats else tau.new_empty(0)
+    # Zeroed (one byte per tile) only so tiles above the causal diagonal, never visited, are
+    # deterministic; every visited tile is written by the bracket pass before any read.
+    map_shape = (B * H, geo.nb_m, geo.nb_n) if geo.use_mask else (0,)
+    tile_map = torch.zeros(map_shape, dtype=torch.uint8, device=dev)
+    # τ₂ and its bracket, from the threshold kernel to the output kernel (three allocations: views
+    # into one would start at offsets whose alignment changes with NQ, and Triton specializes on it).
+    tau2, lo, hi = (_alloc((B, H, NQ), torch.float32, dev) for _ in range(3))
+    map_arg = tile_map if geo.use_mask else tau
+    pos_arg = positions if positions is not None else tau
+    log_arg = pass_log if pass_log is not None else tau
+    slopes_arg = slopes if slopes is not None else alpha
+    common = dict(HEAD_DIM=D, BLOCK_D=geo.block_d, BLOCK_M=geo.block_m, BLOCK_N=geo.block_n,
+                  CAUSAL=causal, HAS_ALIBI=slopes is not None, USE_MASK=geo.use_mask, PREC=geo.prec,
+                  POW_MODE=pow_mode, HAS_POS=positions is not None, LOG_PASSES=pass_log is not None)
+    grid = (geo.nb_m, B * H)
+    kern.entmax_fwd_threshold[grid](
+        q, k, alpha, slopes_arg, tau2, lo, hi, map_arg, pos_arg, log_arg,
+        q.stride(), k.stride(),
+        H, NQ, N, geo.nb_m, geo.nb_n, scale, _TOL, **common,
+    )
+    kern.entmax_fwd_output[grid](
+        q, k, v, o, alpha, slopes_arg, tau2, lo, hi, tau, logs, vu if store_vu else tau, map_arg, pos_arg,
+        ent if stats else tau, sup if stats else tau, log_arg,
+        q.stride(), k.stride(), v.stride(), o.stride(),
+        H, NQ, N, geo.nb_m, geo.nb_n, scale, _TOL,
+        STORE_VU=store_vu, MAX_ITER=_MAX_ITER, STATS=stats, **common,
+    )
+    return o, tau, logs, vu, tile_map, ent, sup
+
+
 @torch.library.custom_op("lengthgen::triton_entmax_fwd", mutates_args=(), schema=_FWD_SCHEMA)
 def _entmax_fwd_op(
     q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None, positions: Tensor | None,
@@ -153,33 +207,8 @@ def _entmax_fwd_op(
     the positions 0 … Nq−1). ``stats``: the normalized entropy and support of every row (else the
     last two outputs are empty).
     """
-    kern = _load_kernels()
-    B, H, NQ, D = q.shape
-    N = k.shape[2]
-    dev = q.device
-    geo = _geometry(q, N)
-    o = _alloc((B, H, NQ, D), q.dtype, dev)
-    tau = _alloc((B, H, NQ), torch.float32, dev)
-    logs = _alloc((B, H, NQ), torch.float32, dev)
-    vu = _alloc((B, H, NQ, geo.block_d), torch.float32, dev) if store_vu else tau.new_empty(0)
-    ent = _alloc((B, H, NQ), torch.float32, dev) if stats else tau.new_empty(0)
-    sup = _alloc((B, H, NQ), torch.float32, dev) if stats else tau.new_empty(0)
-    # Zeroed (one byte per tile) only so tiles above the causal diagonal, never visited, are
-    # deterministic; every visited tile is written by the first Newton pass before any read.
-    map_shape = (B * H, geo.nb_m, geo.nb_n) if geo.use_mask else (0,)
-    tile_map = torch.zeros(map_shape, dtype=torch.uint8, device=dev)
-    kern.entmax_fwd[(geo.nb_m, B * H)](
-        q, k, v, o, alpha, slopes if slopes is not None else alpha, tau, logs,
-        vu if store_vu else tau, tile_map if geo.use_mask else tau,
-        positions if positions is not None else tau, ent if stats else tau, sup if stats else tau,
-        q.stride(), k.stride(), v.stride(), o.stride(),
-        H, NQ, N, geo.nb_m, geo.nb_n, scale, _TOL,
-        HEAD_DIM=D, BLOCK_D=geo.block_d, BLOCK_M=geo.block_m, BLOCK_N=geo.block_n,
-        CAUSAL=causal, HAS_ALIBI=slopes is not None, STORE_VU=store_vu,
-        USE_MASK=geo.use_mask, MAX_ITER=_MAX_ITER, PREC=geo.prec, POW_MODE=pow_mode,
-        HAS_POS=positions is not None, STATS=stats,
-    )
-    return o, tau, logs, vu, tile_map, ent, sup
+    return _launch_fwd(q, k, v, alpha, slopes, positions, scale, causal, pow_mode, store_vu, stats,
+                       _geometry(q, k.shape[2]))
 
 
 @_entmax_fwd_op.register_fake
@@ -197,17 +226,16 @@ def _entmax_fwd_fake(
             q.new_empty(map_shape, dtype=torch.uint8), *row_stats)
 
 
-@torch.library.custom_op("lengthgen::triton_entmax_bwd", mutates_args=(), schema=_BWD_SCHEMA)
-def _entmax_bwd_op(
+def _launch_bwd(
     do: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
     tau: Tensor, logs: Tensor, vu: Tensor, tile_map: Tensor,
-    scale: float, causal: bool, pow_mode: int, need_q: bool, need_kv: bool,
+    scale: float, causal: bool, pow_mode: int, need_q: bool, need_kv: bool, geo: _Geometry,
+    dq_log: Tensor | None = None, dkdv_log: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(dq or empty, dk or empty, dv or empty)."""
+    """Run the backward kernels (see ``_entmax_bwd_op``); the logs turn on their debug tile counts."""
     kern = _load_kernels()
     B, H, N, D = q.shape
     dev = q.device
-    geo = _geometry(q)
     if do.dtype != q.dtype:
         do = do.to(q.dtype)
     # c_i = dO_i · (u-weighted mean of V); only dq and dk depend on it.
@@ -225,18 +253,31 @@ def _entmax_bwd_op(
         dq = _alloc((B, H, N, D), q.dtype, dev)
         kern.entmax_bwd_dq[(geo.nb_m, B * H)](
             q, k, v, do, dq, alpha, slopes_arg, tau, logs, delta, map_arg,
+            dq_log if dq_log is not None else tau,
             q.stride(), k.stride(), v.stride(), do.stride(), dq.stride(),
-            H, N, geo.nb_m, geo.nb_n, scale, **common,
+            H, N, geo.nb_m, geo.nb_n, scale, LOG_PASSES=dq_log is not None, **common,
         )
     if need_kv:
         dk = _alloc((B, H, N, D), k.dtype, dev)
         dv = _alloc((B, H, N, D), v.dtype, dev)
         kern.entmax_bwd_dkdv[(geo.nb_n, B * H)](
             q, k, v, do, dk, dv, alpha, slopes_arg, tau, logs, delta, map_arg,
+            dkdv_log if dkdv_log is not None else tau,
             q.stride(), k.stride(), v.stride(), do.stride(), dk.stride(), dv.stride(),
-            H, N, geo.nb_m, geo.nb_n, scale, **common,
+            H, N, geo.nb_m, geo.nb_n, scale, LOG_PASSES=dkdv_log is not None, **common,
         )
     return dq, dk, dv
+
+
+@torch.library.custom_op("lengthgen::triton_entmax_bwd", mutates_args=(), schema=_BWD_SCHEMA)
+def _entmax_bwd_op(
+    do: Tensor, q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None,
+    tau: Tensor, logs: Tensor, vu: Tensor, tile_map: Tensor,
+    scale: float, causal: bool, pow_mode: int, need_q: bool, need_kv: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq or empty, dk or empty, dv or empty)."""
+    return _launch_bwd(do, q, k, v, alpha, slopes, tau, logs, vu, tile_map, scale, causal, pow_mode,
+                       need_q, need_kv, _geometry(q))
 
 
 @_entmax_bwd_op.register_fake
@@ -306,6 +347,20 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, full_rows: bool) -> None:
         raise RuntimeError("the Triton interpreter cannot run bf16; use fp32/fp16 on CPU or a GPU")
 
 
+def _checked_arguments(
+    q: Tensor, k: Tensor, v: Tensor, alpha: float | Tensor, alibi_slopes: Tensor | None, scale: float | None,
+    full_rows: bool,
+) -> tuple[Tensor, Tensor | None, float]:
+    """The kernels' per-call arguments, checked: (α per head, ALiBi slopes per head or None, scale)."""
+    _load_kernels()
+    _check_inputs(q, k, v, full_rows)
+    _check_alpha(alpha)
+    H, D = q.shape[1], q.shape[3]
+    alpha_t = _per_head(alpha, H, q.device, "alpha")
+    slopes_t = None if alibi_slopes is None else _per_head(alibi_slopes, H, q.device, "alibi_slopes")
+    return alpha_t, slopes_t, 1.0 / math.sqrt(D) if scale is None else float(scale)
+
+
 def triton_entmax_attention(
     q: Tensor,
     k: Tensor,
@@ -329,13 +384,8 @@ def triton_entmax_attention(
     ``return_stats``: also (entropy, support), each (B, H, Nq): H(p_i)/log(visible keys) (0 for
     one key) and the number of keys with p_ij > 0, accumulated in the output pass.
     """
-    _load_kernels()
-    _check_inputs(q, k, v, q_positions is None)
-    _check_alpha(alpha)
+    alpha_t, slopes_t, scale_f = _checked_arguments(q, k, v, alpha, alibi_slopes, scale, q_positions is None)
     B, H, N, D = q.shape
-    alpha_t = _per_head(alpha, H, q.device, "alpha")
-    slopes_t = None if alibi_slopes is None else _per_head(alibi_slopes, H, q.device, "alibi_slopes")
-    scale_f = 1.0 / math.sqrt(D) if scale is None else float(scale)
     positions = None
     if q_positions is not None:
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
