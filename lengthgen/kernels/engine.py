@@ -234,7 +234,7 @@ def _path(name: str, normalizer: Normalizer, q: Tensor, prob: AttnProblem, alpha
         entmax_paths: dict[str, Path] = {
             "chunked": _entmax_kernel_path(reference_entmax.chunked_entmax_attention, alpha),
             "fused": _entmax_kernel_path(cpu_entmax.fused_entmax_attention, alpha),
-            "triton": triton_entmax.triton_path,
+            "triton": partial(triton_entmax.triton_path, alpha=alpha),
         }
         if name in entmax_paths:
             return entmax_paths[name]
