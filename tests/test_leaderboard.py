@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from leaderboard_rows import ROWS, make_rows  # tests/ is on sys.path
 from scipy import stats as scipy_stats
 from typer.testing import CliRunner
 
@@ -31,6 +30,7 @@ from lengthgen.leaderboard import (
     task_settings_table,
     task_table,
 )
+from tests.leaderboard_rows import ROWS, make_rows
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]

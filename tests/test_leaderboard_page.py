@@ -16,11 +16,11 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from leaderboard_rows import ROWS, make_rows, study_rows  # tests/ is on sys.path
 
 from lengthgen.harness.storage.results import write_parquet_atomic
 from lengthgen.leaderboard import write_leaderboard
 from lengthgen.leaderboard.budget_page import StudySource
+from tests.leaderboard_rows import ROWS, make_rows, study_rows
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="no selenium: pip install selenium")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -313,7 +313,7 @@ ALERT_POS = 'x" onmouseover="alert(2)" data-x="'
 def hostile_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A board whose every data string (task, backend, scheme, preset, ablation folder, ABOUT.md,
     --title, --hardware) tries to run script."""
-    from hostile import SCRIPT, relabel
+    from tests.hostile import SCRIPT, relabel
 
     root = tmp_path_factory.mktemp("hostile")
     rows = relabel(make_rows(ROWS), task=SCRIPT, attn=ALERT_ATTN, pos=ALERT_POS, preset=SCRIPT)
@@ -327,10 +327,10 @@ def hostile_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_hostile_strings_are_shown_as_text_and_never_run(browser: Any, hostile_url: str) -> None:
-    from hostile import SCRIPT
     from selenium.common.exceptions import NoAlertPresentException
 
     from lengthgen.leaderboard.safe import slug
+    from tests.hostile import SCRIPT
 
     load(browser, hostile_url, 1400)
     for element in browser.find_elements(By.CSS_SELECTOR, "td, th, h1, h2, h3, nav a, p, li"):

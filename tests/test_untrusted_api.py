@@ -119,7 +119,7 @@ def test_an_out_path_that_is_not_utf8(tmp_path: Path) -> None:
 
 
 def test_an_about_file_that_is_not_utf8(tmp_path: Path) -> None:
-    from leaderboard_rows import make_rows
+    from tests.leaderboard_rows import make_rows
 
     write_parquet_atomic(make_rows({("softmax", 0): [1.0, 0.5]}), tmp_path / "main" / "data" / "r.parquet")
     ablation = tmp_path / "abl" / "one"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from hostile import forged, tiny_sweep  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen import provenance
@@ -17,12 +17,13 @@ from lengthgen.cli import app
 from lengthgen.errors import UserNotice
 from lengthgen.harness.recorded import verify
 from lengthgen.harness.storage.results import write_parquet_atomic
+from tests.hostile import forged
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def published(tmp_path_factory: pytest.TempPathFactory, tiny_sweep: Callable[[Path], Path]) -> Path:
     """Two runs of a sweep, one of them evaluated later past its max_factor (lengthgen eval)."""
     out = tiny_sweep(tmp_path_factory.mktemp("verify") / "sweep")
     run = next((out / "runs").glob("flip_flop-softmax-*"))
