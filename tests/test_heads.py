@@ -118,16 +118,12 @@ def test_command_prints_one_line_per_head(tmp_path: Path, tiny_config: Callable[
 @pytest.mark.parametrize("args, expected", [
     (["--factor", "0"], "factor and samples must be at least 1"),
     (["--samples", "0"], "factor and samples must be at least 1"),
+    ([], "is not a run folder (it has no config.json)"),  # the empty folder itself
 ])
-def test_bad_arguments_are_one_line(
+def test_bad_arguments_and_a_folder_without_a_run_are_one_line(
     tmp_path: Path, args: list[str], expected: str, one_line_error: Callable[..., None]
 ) -> None:
     one_line_error(runner.invoke(app, ["heads", str(tmp_path), *args]), expected)
-
-
-def test_a_folder_without_a_run_is_refused(tmp_path: Path, one_line_error: Callable[..., None]) -> None:
-    one_line_error(runner.invoke(app, ["heads", str(tmp_path)]),
-                   "is not a run folder (it has no config.json)")
 
 
 def test_roles_of_the_top_key_cover_every_scored_token_once_per_head(

@@ -76,13 +76,9 @@ def test_command_reports_ranges_and_marks_those_beyond_training(
 @pytest.mark.parametrize("args, expected", [
     (["--bins", "0"], "--bins must be at least 1"),
     (["--factor", "0"], "factor and samples must be at least 1"),
+    ([], "is not a run folder (it has no config.json)"),  # the empty folder itself
 ])
-def test_bad_arguments_are_one_line(
+def test_bad_arguments_and_a_folder_without_a_run_are_one_line(
     tmp_path: Path, args: list[str], expected: str, one_line_error: Callable[..., None]
 ) -> None:
     one_line_error(runner.invoke(app, ["positions", str(tmp_path), *args]), expected)
-
-
-def test_a_folder_without_a_run_is_refused(tmp_path: Path, one_line_error: Callable[..., None]) -> None:
-    one_line_error(runner.invoke(app, ["positions", str(tmp_path)]),
-                   "is not a run folder (it has no config.json)")
