@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from lengthgen import limits
+from lengthgen.choices import Selection
 from lengthgen.errors import UserError
 
 if sys.version_info >= (3, 11):
@@ -104,7 +105,7 @@ class TrainConfig(_Frozen):
     min_train_length: int | None = Field(None, ge=1, description="shortest training length (default L/2)")
     val_every: int = Field(250, ge=1)
     val_samples: int = Field(256, ge=1, le=limits.MAX_SAMPLES)
-    selection: Literal["id", "8x"] = Field(
+    selection: Selection = Field(
         "id", description="checkpoint selection: in-distribution validation, or the paper's 8x"
     )
     precision: Literal["fp32", "bf16"] = Field(
@@ -148,7 +149,7 @@ class EvalConfig(_Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> EvalConfig:
-        if self.max_factor & (self.max_factor - 1):
+        if not limits.is_power_of_two(self.max_factor):
             raise ValueError(f"max_factor must be a power of two, got {self.max_factor}")
         if self.min_samples > self.samples:
             raise ValueError(f"min_samples {self.min_samples} is over samples {self.samples}")
@@ -231,7 +232,14 @@ class RunConfig(_Frozen):
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
     def config_hash(self) -> str:
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+        """The hash of :meth:`canonical_json`, which names the run (``harness.storage.identity``)."""
+        return config_hash_of(self.canonical_json())
+
+
+def config_hash_of(config_json: str) -> str:
+    """The hash a run records for its config: the first 16 hex digits of SHA-256 of the JSON text
+    (a recorded text, which a newer lengthgen may not write the same way, keeps its own hash)."""
+    return hashlib.sha256(config_json.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 # -- from user input to a config -------------------------------------------------------------------
@@ -452,6 +460,18 @@ def build_run_config(
             raise UserError(f"train.{name} {value} is under the minimum of task {task_obj.name!r} "
                             f"({minimum} {task_obj.length_unit})")
     return config
+
+
+def config_from_flags(task: str, attn: str, *, pos: str = "nape", preset: str = "quick", seed: int = 0,
+                      param: Iterable[str] | None = None, attn_option: Iterable[str] | None = None,
+                      override: Iterable[str] | None = None, **dedicated: Any) -> RunConfig:
+    """The config ``lengthgen run`` flags name: ``key=value`` assignments as typed (``--param``,
+    ``--attn-option``, ``--set``) and the dedicated flags (:func:`flag_overrides`)."""
+    return build_run_config(task, attn, pos=pos, preset=preset, seed=seed,
+                            task_params=parse_assignments(param, "--param"),
+                            attn_options=parse_assignments(attn_option, "--attn-option"),
+                            overrides=combine_overrides(flag_overrides(**dedicated),
+                                                        parse_assignments(override, "--set")))
 
 
 def _sections(config: RunConfig) -> dict[str, dict[str, Any]]:

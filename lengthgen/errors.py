@@ -3,7 +3,8 @@
 Anything the user can fix (an unknown name, a bad value, an impossible combination, a folder that
 cannot be written) raises :class:`UserError` or a subclass, with a one-line message that names the
 valid choices. The command line turns every one of them into ``error: <message>`` and exit code 2
-in a single place (``lengthgen.cli``); Python callers catch ``UserError``.
+in a single place (``lengthgen.output.OneLineErrors``, the command line's command group); Python
+callers catch ``UserError``.
 """
 
 from __future__ import annotations

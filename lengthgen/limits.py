@@ -67,9 +67,15 @@ def check_sample_size(n: int, length: int) -> None:
     check_at_most("n × length", n * length, MAX_TOKENS, "fewer or shorter samples per call")
 
 
+def is_power_of_two(value: int) -> bool:
+    """Factors are powers of two everywhere (``eval.max_factor``, ``--min-factor``, ``--factor``, a
+    row's ``factor``, a plan's factors): 1, 2, 4, …"""
+    return value >= 1 and not value & (value - 1)
+
+
 def check_power_of_two(what: str, value: int) -> None:
-    """Factors are powers of two everywhere (``eval.max_factor``, ``--factor``, a row's ``factor``)."""
-    if value < 1 or value & (value - 1):
+    """:func:`is_power_of_two`, or a one-line ``UserError`` naming ``what``."""
+    if not is_power_of_two(value):
         raise UserError(f"{what} must be a power of two (1, 2, 4, …), got {value}")
 
 

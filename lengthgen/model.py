@@ -9,6 +9,8 @@ predictions are scored (``query_positions``), which makes long evaluation much c
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -20,30 +22,39 @@ from lengthgen.attention.positions import PositionScheme, apply_rope, get_positi
 from lengthgen.config import ModelConfig
 from lengthgen.kernels.problem import full_row_positions
 
-__all__ = ["ModelConfig", "Transformer", "build_backend"]
+__all__ = ["BackendKind", "ModelConfig", "Transformer"]
 
 
-def build_backend(config: ModelConfig, layer: int, scheme: PositionScheme) -> AttentionBackend:
-    backend_cls = ATTENTION.get(config.attn)
-    options = backend_cls.Options(**config.attn_options)
-    spec = LayerSpec(
-        n_heads=config.n_heads,
-        d_model=config.d_model,
-        d_head=config.d_head,
-        layer_index=layer,
-        scaled_heads=tuple(scheme.scaled_heads(config.n_heads)),
-    )
-    return backend_cls(spec, options)
+@dataclass(frozen=True)
+class BackendKind:
+    """The model's backend class and options, resolved once per model (the config checked the name
+    and the options where it was built, ``build_run_config``); each layer builds its own backend
+    from them."""
+
+    cls: type[AttentionBackend]
+    options: Any
+
+    @classmethod
+    def of(cls, config: ModelConfig) -> BackendKind:
+        backend_cls = ATTENTION.get(config.attn)
+        return cls(backend_cls, backend_cls.Options(**config.attn_options))
+
+    def build(self, config: ModelConfig, layer: int, scheme: PositionScheme) -> AttentionBackend:
+        spec = LayerSpec(n_heads=config.n_heads, d_model=config.d_model, d_head=config.d_head,
+                         layer_index=layer, scaled_heads=tuple(scheme.scaled_heads(config.n_heads)))
+        return self.cls(spec, self.options)
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, config: ModelConfig, layer: int, scheme: PositionScheme) -> None:
+    def __init__(self, config: ModelConfig, layer: int, scheme: PositionScheme, kind: BackendKind) -> None:
         super().__init__()
         self.n_heads, self.d_head = config.n_heads, config.d_head
         self.scheme = scheme
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
         self.out = nn.Linear(config.d_model, config.d_model, bias=False)
-        self.backend = build_backend(config, layer, scheme)
+        # after the layer's own weights, as always: a backend drawing its init from torch's global
+        # generator gets the same draws it always got
+        self.backend = kind.build(config, layer, scheme)
         # On the host whatever the model's device: the engine reads slopes on the host and keeps
         # one device copy of them (``kernels.problem.on_device``), never one per call.
         slopes = torch.tensor(scheme.slopes(config.n_heads), dtype=torch.float32)
@@ -73,10 +84,10 @@ class SelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, config: ModelConfig, layer: int, scheme: PositionScheme) -> None:
+    def __init__(self, config: ModelConfig, layer: int, scheme: PositionScheme, kind: BackendKind) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(config.d_model)
-        self.attn = SelfAttention(config, layer, scheme)
+        self.attn = SelfAttention(config, layer, scheme, kind)
         self.ln2 = nn.LayerNorm(config.d_model)
         self.mlp = nn.Sequential(
             nn.Linear(config.d_model, config.d_ff), nn.GELU(), nn.Linear(config.d_ff, config.d_model)
@@ -98,7 +109,8 @@ class Transformer(nn.Module):
         self.config = config
         scheme = get_position_scheme(config.pos)
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        self.blocks = nn.ModuleList(Block(config, i, scheme) for i in range(config.n_layers))
+        kind = BackendKind.of(config)
+        self.blocks = nn.ModuleList(Block(config, i, scheme, kind) for i in range(config.n_layers))
         self.ln_f = nn.LayerNorm(config.d_model)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self._init_weights(seed)

@@ -58,16 +58,6 @@ def _mapping(value: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _device(device: Any, where_runs_execute: bool = True) -> None:
-    """The device name; resolved here when the runs execute in this process."""
-    from lengthgen.harness.run import DEVICES, resolve_device
-
-    if not isinstance(device, str) or device not in DEVICES:
-        raise UserError(f"unknown device {device!r}; valid devices: {', '.join(DEVICES)}")
-    if where_runs_execute:
-        resolve_device(device)
-
-
 #: Keywords of ``build_run_config`` that the functions pass on by name (the rest are overrides).
 CONFIG_KEYWORDS: tuple[str, ...] = ("pos", "preset", "seed", "task_params", "attn_options")
 
@@ -94,14 +84,13 @@ def run(
     config fields. The run folder ``out/<run_id>/`` is written as by the command line. A run that
     fails (diverged, out of memory) returns its ``failed`` row rather than raising.
     """
+    from lengthgen.harness.devices import check_environment
     from lengthgen.harness.run import execute
-    from lengthgen.harness.tracking import check_tracker
     from lengthgen.paths import folder_for_writing
 
     config = _config(task, attn, dict(settings))
-    _device(device)
-    check_tracker(log)
-    return execute(config, folder_for_writing(out, "out"), device_name=device, progress=progress, log=log)
+    where = check_environment(device, log)
+    return execute(config, folder_for_writing(out, "out"), device=where, progress=progress, log=log)
 
 
 def sweep(
@@ -125,7 +114,6 @@ def sweep(
     """Run a grid into the sweep folder ``out``, like ``lengthgen sweep`` (calling it again resumes);
     returns every row of the folder's dataset."""
     from lengthgen import sweeps
-    from lengthgen.harness.tracking import check_tracker
     from lengthgen.paths import folder_for_writing
 
     sweeps.check_jobs(jobs)
@@ -136,8 +124,7 @@ def sweep(
                             attn_options=_mapping(attn_options, "attn_options"),
                             overrides=_settings(overrides))
     configs = sweeps.validate_spec(spec)
-    _device(device, where_runs_execute=launcher == "local")
-    check_tracker(log)
+    sweeps.check_environment(launcher, device, log)
     folder = folder_for_writing(out, "out")
     sweeps.run_sweep(configs, folder, launcher=launcher, device=device, jobs=jobs, retry_failed=retry_failed,
                      progress=progress, log=log)
@@ -164,9 +151,9 @@ def evaluate(
     returns the new rows (also merged into the results). A plugin file named by a run's config is
     imported only with ``trust_plugins=True``. Raises :class:`UserError` if an evaluation stops on
     an error."""
-    from lengthgen.harness.reevaluate import plan_runs, run_evaluation
-    from lengthgen.harness.results import rows_to_frame
-    from lengthgen.harness.tracking import check_tracker
+    from lengthgen.harness.devices import check_environment
+    from lengthgen.harness.recorded.reevaluate import evaluate_runs, plan_runs, stopped
+    from lengthgen.harness.storage.results import rows_to_frame
     from lengthgen.paths import input_path
     from lengthgen.registry import trusted_plugins
 
@@ -176,15 +163,12 @@ def evaluate(
         plans = plan_runs(input_path(path, "path"), max_factor=max_factor, eval_samples=eval_samples,
                           task_params=_mapping(task_params, "task_params"), attn=attn,
                           attn_options=_mapping(attn_options, "attn_options"), min_factor=min_factor)
-        _device(device)
-        check_tracker(log)
+        where = check_environment(device, log)
         frames = []
-        for plan in plans:
-            outcome = run_evaluation(plan, plan.factors if redo else plan.missing_factors, device_name=device,
-                                     progress=progress, log=log)
+        for plan, outcome in evaluate_runs(plans, redo=redo, device=where, progress=progress, log=log):
             frames.append(outcome.rows)
             if outcome.error:
-                raise UserError(f"evaluation of {plan.run.run_id} stopped: {outcome.error}")
+                raise UserError(stopped(plan, outcome))
     rows = [f for f in frames if not f.empty]
     return pd.concat(rows, ignore_index=True) if rows else rows_to_frame([])
 
@@ -193,7 +177,7 @@ def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Every result row under ``path``: a sweep folder (its ``data/``), a run folder, a folder of
     results files or one Parquet file. Unusable files and rows are skipped with a warning; a path
     that does not exist raises :class:`UserError`."""
-    from lengthgen.harness.results import load_results as load
+    from lengthgen.harness.storage.results import load_results as load
     from lengthgen.paths import input_path
 
     return load(input_path(path, "path"))

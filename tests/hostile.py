@@ -1,6 +1,7 @@
 """Helpers for the tests of untrusted result folders: rows relabelled consistently (so they pass
-the reader and reach the outputs), a payload plugin file that leaves a mark when imported, and a
-tiny trained run to tamper with."""
+the reader and reach the outputs), forged results, a payload plugin file that leaves a mark when
+imported, and a result folder from rows. (The tiny run they tamper with is a fixture of
+conftest.py.)"""
 
 from __future__ import annotations
 
@@ -11,19 +12,14 @@ from typing import Any
 
 import pandas as pd
 
-from lengthgen.config import RunConfig, build_run_config
-from lengthgen.harness.schema import config_hash_of, run_id_of, wilson_interval
+from lengthgen.config import RunConfig, config_hash_of
+from lengthgen.harness.storage.identity import run_id_of
+from lengthgen.harness.storage.schema import wilson_interval
 
 #: Strings an adversarial result folder might carry.
 SCRIPT = 'x"><img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
 TRAVERSAL = "../../../../tmp/x/PWNED"
 FORMULAS = ('=HYPERLINK("http://x","y")', '=cmd|"/c calc"!A1', "+1+1", "@SUM(1)", "-2+3")
-
-#: A run that trains and evaluates in a few seconds on a shared 2-core CPU.
-TINY: dict[str, Any] = {"train.steps": 4, "train.batch_size": 8, "train.val_samples": 8, "train.val_every": 2,
-                        "train.train_length": 6, "arch.d_model": 32, "arch.d_ff": 64, "eval.samples": 8,
-                        "eval.min_samples": 4, "eval.max_factor": 2}
-
 
 def relabel(rows: pd.DataFrame, **fields: Any) -> pd.DataFrame:
     """``rows`` with config fields (``task``, ``attn``, ``pos``, ``preset``) changed in their
@@ -70,31 +66,9 @@ def payload_plugin(folder: Path, marker: Path) -> str:
     return f"{path}:Payload"
 
 
-def tiny_config(task: str = "copy", attn: str = "softmax", **overrides: Any) -> RunConfig:
-    return build_run_config(task, attn, overrides={**TINY, **overrides})
-
-
-#: ``lengthgen sweep`` flags of a run that trains and evaluates (1×, 2×) in seconds.
-TINY_FLAGS = ["--steps", "6", "--max-factor", "2", "--eval-samples", "8", "--set", "train.batch_size=8",
-              "--set", "train.val_samples=8", "--set", "train.val_every=3", "--set", "arch.d_model=32",
-              "--set", "arch.d_ff=64", "--quiet"]
-
-
-def tiny_sweep(out: Path) -> Path:
-    """A sweep of two tiny flip_flop runs (softmax, entmax) under ``out``, as a colleague would publish it."""
-    from typer.testing import CliRunner
-
-    from lengthgen.cli import app
-
-    flags = ["--task", "flip_flop", "--attn", "softmax,entmax", "--out", str(out), *TINY_FLAGS]
-    made = CliRunner().invoke(app, ["sweep", *flags])
-    assert made.exit_code == 0, made.output
-    return out
-
-
 def result_folder(root: Path, name: str, rows: pd.DataFrame, source: str | None = None) -> Path:
     """A result folder ``root/name`` with one data file per run, and ``source.toml`` when given."""
-    from lengthgen.harness.results import write_parquet_atomic
+    from lengthgen.harness.storage.results import write_parquet_atomic
 
     path = root / name
     (path / "data").mkdir(parents=True)

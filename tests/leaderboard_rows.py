@@ -6,7 +6,7 @@ import pandas as pd
 
 from lengthgen.config import build_run_config
 from lengthgen.harness.evaluate import wilson_interval
-from lengthgen.harness.results import rows_to_frame
+from lengthgen.harness.storage.results import rows_to_frame
 
 
 def make_rows(exact: dict[tuple[str, int], list[float]], task: str = "copy", n: int = 100,

@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from leaderboard_rows import make_rows  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
 from lengthgen.harness.evaluate import wilson_interval
-from lengthgen.harness.results import write_parquet_atomic
+from lengthgen.harness.storage.results import write_parquet_atomic
 from lengthgen.leaderboard.ablations import ablation_table, load_ablations
 from lengthgen.leaderboard.reproduce import eval_commands
+from tests.leaderboard_rows import make_rows
 
 runner = CliRunner()
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from leaderboard_rows import study_rows  # tests/ is on sys.path
 
 from lengthgen.leaderboard import render
 from lengthgen.leaderboard.budget import (
@@ -20,6 +19,7 @@ from lengthgen.leaderboard.budget import (
     trend,
 )
 from lengthgen.leaderboard.budget_page import TITLE, StudySource
+from tests.leaderboard_rows import study_rows
 
 
 def test_the_per_near_miss_error_reproduces_the_ablation() -> None:
@@ -91,7 +91,7 @@ def test_the_table_gives_means_seeds_and_the_paper() -> None:
 
 
 def test_the_board_section_shows_the_table_the_trend_and_both_figures() -> None:
-    from leaderboard_rows import ROWS, make_rows
+    from tests.leaderboard_rows import ROWS, make_rows
 
     scores = {(attn, steps, seed): {8: 0.97, 256: 0.3 + 0.1 * k + 0.02 * seed,
                                     1024: 0.05 + 0.1 * k + 0.01 * seed}

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -22,18 +23,6 @@ from lengthgen.errors import UserNotice
 runner = CliRunner()
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED = REPO / "leaderboard" / "ablations" / "quick-preset" / "data"  # stable committed rows
-TINY = ["--set", "train.batch_size=8", "--set", "train.val_samples=8", "--set", "arch.d_model=32",
-        "--set", "arch.d_ff=64", "--eval-samples", "4", "--quiet"]
-
-
-def one_line_exit_2(result: object, expected: str) -> None:
-    assert result.exit_code == 2, result.output  # type: ignore[attr-defined]
-    assert result.stdout == ""  # type: ignore[attr-defined]
-    lines = result.stderr.strip().splitlines()  # type: ignore[attr-defined]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr  # type: ignore[attr-defined]
-    assert expected in lines[0], lines[0]
-
-
 # -- sizes past the limits ---------------------------------------------------------------------
 MEASURE = textwrap.dedent(
     """
@@ -74,16 +63,19 @@ def test_a_billion_tokens_is_refused_at_once_in_little_memory() -> None:
         (["run", "--task", "copy", "--attn", "softmax", "--set", "arch.n_layers=100000"], "model size"),
     ],
 )
-def test_sizes_past_the_limits(tmp_path: Path, args: list[str], expected: str) -> None:
+def test_sizes_past_the_limits(
+    tmp_path: Path, args: list[str], expected: str, one_line_error: Callable[..., None]
+) -> None:
     out = ["--out", str(tmp_path / "out")] if args[0] in ("run", "sweep") else []
-    one_line_exit_2(runner.invoke(app, [*args, *out]), expected)
+    one_line_error(runner.invoke(app, [*args, *out]), expected, silent=True)
     assert not (tmp_path / "out").exists()
 
 
 # -- settings that must be honoured ---------------------------------------------------------------
-def test_run_honours_set_like_sweep(tmp_path: Path) -> None:
+def test_run_honours_set_like_sweep(tmp_path: Path, tiny_flags: Callable[..., list[str]]) -> None:
     sets = ["--set", "train.steps=7", "--set", "eval.max_factor=4", "--set", "train.train_length=8"]
-    result = runner.invoke(app, ["run", "--task", "copy", "--attn", "softmax", *sets, *TINY,
+    result = runner.invoke(app, ["run", "--task", "copy", "--attn", "softmax", *sets,
+                                 *tiny_flags({"eval.samples": 4}),
                                  "--out", str(tmp_path / "runs")])
     assert result.exit_code == 0, result.output
     (run_dir,) = (tmp_path / "runs").iterdir()
@@ -92,7 +84,8 @@ def test_run_honours_set_like_sweep(tmp_path: Path) -> None:
     assert (config.arch.d_model, config.train.batch_size, config.eval.samples) == (32, 8, 4)
     rows = pd.read_parquet(run_dir / "results.parquet")
     assert list(rows["eval_length"]) == [8, 16, 32] and set(rows["steps"]) == {7}
-    swept = runner.invoke(app, ["sweep", "--task", "copy", "--attn", "softmax", *sets, *TINY,
+    swept = runner.invoke(app, ["sweep", "--task", "copy", "--attn", "softmax", *sets,
+                                *tiny_flags({"eval.samples": 4}),
                                 "--out", str(tmp_path / "sweep")])
     assert swept.exit_code == 0, swept.output
     assert [p.stem for p in (tmp_path / "sweep" / "data").glob("*.parquet")] == [run_dir.name]
@@ -118,13 +111,13 @@ REFUSED = {
 
 
 @pytest.mark.parametrize("case", list(REFUSED))
-def test_run_refuses(tmp_path: Path, case: str) -> None:
+def test_run_refuses(tmp_path: Path, case: str, one_line_error: Callable[..., None]) -> None:
     extra, expected = REFUSED[case]
     args = ["run", "--task", "copy", "--attn", "softmax", "--out", str(tmp_path / "runs"), *extra]
     if "--attn" in extra:  # the case picks the backend
         index = args.index("--attn")
         del args[index:index + 2]
-    one_line_exit_2(runner.invoke(app, args), expected)
+    one_line_error(runner.invoke(app, args), expected, silent=True)
     assert not (tmp_path / "runs").exists()
 
 
@@ -141,33 +134,37 @@ def test_run_refuses(tmp_path: Path, case: str) -> None:
     ],
 )
 def test_seeds_and_numbers_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str],
-                                     expected: str) -> None:
+                                     expected: str, one_line_error: Callable[..., None]) -> None:
     monkeypatch.chdir(tmp_path)
-    one_line_exit_2(runner.invoke(app, args), expected)
+    one_line_error(runner.invoke(app, args), expected, silent=True)
     assert not (tmp_path / "s").exists()
 
 
 # -- output paths -------------------------------------------------------------------------------------
-def test_output_paths(tmp_path: Path) -> None:
+def test_output_paths(tmp_path: Path, one_line_error: Callable[..., None]) -> None:
     a_file = tmp_path / "file.txt"
     a_file.write_text("not a folder")
     run = ["run", "--task", "copy", "--attn", "softmax"]
-    one_line_exit_2(runner.invoke(app, [*run, "--out", str(a_file)]), "is a file, not a folder")
-    one_line_exit_2(runner.invoke(app, [*run, "--out", str(a_file / "runs")]), "is a file, not a folder")
+    one_line_error(runner.invoke(app, [*run, "--out", str(a_file)]), "is a file, not a folder", silent=True)
+    one_line_error(runner.invoke(app, [*run, "--out", str(a_file / "runs")]), "is a file, not a folder",
+                   silent=True)
     sweep = ["sweep", "--task", "copy", "--attn", "softmax"]
-    one_line_exit_2(runner.invoke(app, [*sweep, "--out", str(a_file)]), "is a file, not a folder")
-    one_line_exit_2(runner.invoke(app, ["leaderboard", str(COMMITTED), "--out", str(a_file)]),
-                    "is a file, not a folder")
-    one_line_exit_2(runner.invoke(app, ["plot", str(COMMITTED), "--task", "copy", "-o", str(tmp_path)]),
-                    "is a folder: give a file name")
-    one_line_exit_2(runner.invoke(app, ["plot", str(COMMITTED), "--task", "copy", "-o", ""]), "-o is empty")
+    one_line_error(runner.invoke(app, [*sweep, "--out", str(a_file)]), "is a file, not a folder", silent=True)
+    one_line_error(runner.invoke(app, ["leaderboard", str(COMMITTED), "--out", str(a_file)]),
+                   "is a file, not a folder", silent=True)
+    one_line_error(runner.invoke(app, ["plot", str(COMMITTED), "--task", "copy", "-o", str(tmp_path)]),
+                   "is a folder: give a file name", silent=True)
+    one_line_error(runner.invoke(app, ["plot", str(COMMITTED), "--task", "copy", "-o", ""]), "-o is empty",
+                   silent=True)
     assert a_file.read_text() == "not a folder" and sorted(p.name for p in tmp_path.iterdir()) == ["file.txt"]
 
 
-def test_run_prints_where_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_prints_where_it_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_flags: Callable[..., list[str]]
+) -> None:
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["run", "--task", "copy", "--attn", "softmax", "--steps", "2", "--max-factor",
-                                 "1", *TINY, "--out", "."])
+                                 "1", *tiny_flags({"eval.samples": 4}), "--out", "."])
     assert result.exit_code == 0, result.output
     (printed,) = [line for line in result.stdout.splitlines() if line.startswith("results: ")]
     assert Path(printed.removeprefix("results: ")).is_file() and not printed.startswith("results: /")
@@ -185,8 +182,10 @@ def test_run_prints_where_it_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         (["smaple"], "No such command 'smaple'"),
     ],
 )
-def test_click_errors_are_one_line(args: list[str], expected: str) -> None:
-    one_line_exit_2(runner.invoke(app, args), expected)
+def test_click_errors_are_one_line(
+    args: list[str], expected: str, one_line_error: Callable[..., None]
+) -> None:
+    one_line_error(runner.invoke(app, args), expected, silent=True)
 
 
 @pytest.mark.parametrize("command, defaults", [

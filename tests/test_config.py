@@ -23,7 +23,7 @@ from lengthgen.config import (
     parse_value,
 )
 from lengthgen.errors import UserError
-from lengthgen.harness.identity import run_key
+from lengthgen.harness.storage.identity import run_key
 from lengthgen.presets import PAPER, QUICK
 from lengthgen.tasks import get_task
 

@@ -4,6 +4,7 @@ into its results without duplicates, a whole sweep folder extended, the leaderbo
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -11,29 +12,37 @@ import pytest
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
-from lengthgen.config import build_run_config
-from lengthgen.harness.reevaluate import merge_rows
-from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
+from lengthgen.config import RunConfig
 from lengthgen.harness.run import execute
+from lengthgen.harness.storage.results import rows_to_frame, write_parquet_atomic
+from lengthgen.harness.storage.store import merge_rows
 
 runner = CliRunner()
-TINY = {"train.steps": 30, "train.batch_size": 16, "train.val_samples": 16, "train.val_every": 15,
-        "train.train_length": 6, "arch.d_model": 32, "arch.d_ff": 64, "eval.samples": 16,
-        "eval.min_samples": 8}
+#: How long these runs train (long enough to learn a little) and on how many samples they score.
+EVAL_RUN = {"train.steps": 30, "train.batch_size": 16, "train.val_samples": 16, "train.val_every": 15,
+            "train.train_length": 6, "eval.samples": 16, "eval.min_samples": 8}
 METRICS = ["eval_length", "n_samples", "exact_match", "exact_match_lo", "exact_match_hi", "token_accuracy",
            "attn_entropy", "attn_support"]
 
 
-def tiny(task: str, max_factor: int, **params: object):
-    return build_run_config(task, "asentmax", task_params=params or None,
-                            overrides={**TINY, "eval.max_factor": max_factor})
+@pytest.fixture
+def tiny(tiny_config: Callable[..., RunConfig]) -> Callable[..., RunConfig]:
+    """``tiny(task, max_factor, **task_params)``: an ASEntmax run of ``EVAL_RUN``."""
+
+    def config(task: str, max_factor: int, **params: object) -> RunConfig:
+        return tiny_config(task, "asentmax", run=EVAL_RUN, task_params=params or None,
+                           **{"eval.max_factor": max_factor})
+
+    return config
 
 
 def evaluate(*args: str) -> object:
     return runner.invoke(app, ["eval", *args, "--quiet"])
 
 
-def test_a_later_length_is_the_row_a_longer_run_writes(tmp_path: Path) -> None:
+def test_a_later_length_is_the_row_a_longer_run_writes(
+    tmp_path: Path, tiny: Callable[..., RunConfig]
+) -> None:
     short = execute(tiny("max_retrieval", 2), tmp_path / "short", progress=False)
     longer = execute(tiny("max_retrieval", 8), tmp_path / "long", progress=False)
     run_dir = tmp_path / "short" / short["run_id"].iloc[0]
@@ -57,7 +66,7 @@ def test_a_later_length_is_the_row_a_longer_run_writes(tmp_path: Path) -> None:
     assert list(after["factor"]) == [1, 2, 4, 8] and list(after["n_samples"]) == [8, 8, 8, 16]
 
 
-def test_a_task_variant_gets_rows_of_its_own(tmp_path: Path) -> None:
+def test_a_task_variant_gets_rows_of_its_own(tmp_path: Path, tiny: Callable[..., RunConfig]) -> None:
     frame = execute(tiny("flip_flop", 2), tmp_path, progress=False)
     run_dir = tmp_path / frame["run_id"].iloc[0]
     result = evaluate(str(run_dir), "--param", "eval_variant=sparse")
@@ -103,9 +112,11 @@ def test_a_sweep_folder_is_extended_run_by_run(tmp_path: Path) -> None:
     assert "0 ok, 0 failed this time; 2 already recorded" in resumed.output
 
 
-def test_a_variant_that_needs_length_is_evaluated_from_min_factor(tmp_path: Path) -> None:
+def test_a_variant_that_needs_length_is_evaluated_from_min_factor(
+    tmp_path: Path, tiny_config: Callable[..., RunConfig]
+) -> None:
     """MQMTAR's planted near misses need pairs: 1 per query needs 8, which first fit at 4x here."""
-    config = build_run_config("mqmtar", "softmax", overrides={**TINY, "train.train_length": 16,
+    config = tiny_config("mqmtar", "softmax", run=EVAL_RUN, **{"train.train_length": 16,
                                                              "eval.max_factor": 8})
     run_dir = tmp_path / execute(config, tmp_path, progress=False)["run_id"].iloc[0]
     short = evaluate(str(run_dir), "--param", "near_misses=1")
@@ -197,12 +208,14 @@ def test_merge_replaces_rows_of_the_same_run_length_and_variant() -> None:
         ("run", ["--min-factor", "2"], "from 1 to the largest factor (1)"),
     ],
 )
-def test_eval_refuses(tmp_path: Path, make: str, args: list[str], expected: str) -> None:
+def test_eval_refuses(
+    tmp_path: Path, make: str, args: list[str], expected: str, tiny_config: Callable[..., RunConfig]
+) -> None:
     target = tmp_path / "target"
     if make == "empty":
         target.mkdir()
     elif make in ("no model", "run"):
-        frame = execute(build_run_config("copy", "softmax", overrides={**TINY, "train.steps": 2,
+        frame = execute(tiny_config("copy", "softmax", run=EVAL_RUN, **{"train.steps": 2,
                                                                          "eval.max_factor": 1}),
                         tmp_path, progress=False)
         target = tmp_path / frame["run_id"].iloc[0]
@@ -216,15 +229,16 @@ def test_eval_refuses(tmp_path: Path, make: str, args: list[str], expected: str)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
 
 
-def test_the_same_weights_evaluated_with_another_backend(tmp_path: Path) -> None:
+def test_the_same_weights_evaluated_with_another_backend(
+    tmp_path: Path, tiny_config: Callable[..., RunConfig]
+) -> None:
     """Adaptive temperature without its inference-time sharpening is softmax on its weights."""
     import torch
 
     from lengthgen.harness.evaluate import evaluate_length
     from lengthgen.harness.run import build
 
-    config = build_run_config("max_retrieval", "adaptive_temperature",
-                              overrides={**TINY, "eval.max_factor": 2})
+    config = tiny_config("max_retrieval", "adaptive_temperature", run=EVAL_RUN, **{"eval.max_factor": 2})
     frame = execute(config, tmp_path, progress=False)
     run_dir = tmp_path / frame["run_id"].iloc[0]
     result = evaluate(str(run_dir), "--attn", "softmax")
@@ -245,8 +259,10 @@ def test_the_same_weights_evaluated_with_another_backend(tmp_path: Path) -> None
     assert list(sharpened["factor"]) == [1, 2]
 
 
-def test_weights_that_do_not_fit_the_other_backend_are_refused(tmp_path: Path) -> None:
-    frame = execute(build_run_config("max_retrieval", "ssmax", overrides={**TINY, "eval.max_factor": 1}),
+def test_weights_that_do_not_fit_the_other_backend_are_refused(
+    tmp_path: Path, tiny_config: Callable[..., RunConfig]
+) -> None:
+    frame = execute(tiny_config("max_retrieval", "ssmax", run=EVAL_RUN, **{"eval.max_factor": 1}),
                     tmp_path, progress=False)
     run_dir = tmp_path / frame["run_id"].iloc[0]
     result = evaluate(str(run_dir), "--attn", "softmax")

@@ -11,7 +11,7 @@ import stat
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,23 +21,16 @@ from typer.testing import CliRunner
 
 from lengthgen import files
 from lengthgen.cli import app
-from lengthgen.config import build_run_config
+from lengthgen.config import RunConfig
 from lengthgen.files import atomic_write, new_folder
 from lengthgen.harness import run as harness_run
 from lengthgen.harness.run import execute
 
 runner = CliRunner()
 
-TINY_SETTINGS = {"train.steps": 3, "train.batch_size": 8, "train.val_samples": 8, "train.train_length": 6,
-                 "arch.d_model": 32, "arch.d_ff": 64, "eval.max_factor": 2, "eval.samples": 4}
+#: The tiny run of these tests: three steps, evaluated at 1× and 2× on 4 samples.
+FILES_RUN = {"train.steps": 3, "train.train_length": 6, "eval.max_factor": 2, "eval.samples": 4}
 COPY = ["--task", "copy", "--attn", "softmax"]
-TINY_FLAGS = ["--steps", "3", "--max-factor", "2", "--eval-samples", "4", "--train-length", "6",
-              "--set", "train.batch_size=8", "--set", "train.val_samples=8", "--set", "arch.d_model=32",
-              "--set", "arch.d_ff=64", "--quiet"]
-
-
-def tiny_config():
-    return build_run_config("copy", "softmax", overrides=TINY_SETTINGS)
 
 
 def leftovers(root: Path) -> list[Path]:
@@ -91,10 +84,11 @@ def test_permissions_follow_the_umask(tmp_path: Path, mask: int, mode: int) -> N
     assert stat.S_IMODE(written.stat().st_mode) == mode == stat.S_IMODE(opened.stat().st_mode)
 
 
-def test_every_output_of_run_sweep_plot_and_leaderboard_is_shared_like_model_pt(tmp_path: Path,
-                                                                              umask: None) -> None:
+def test_every_output_of_run_sweep_plot_and_leaderboard_is_shared_like_model_pt(
+    tmp_path: Path, umask: None, tiny_flags: Callable[..., list[str]]
+) -> None:
     sweep = tmp_path / "sweep"
-    result = runner.invoke(app, ["sweep", *COPY, *TINY_FLAGS, "--out", str(sweep)])
+    result = runner.invoke(app, ["sweep", *COPY, *tiny_flags(FILES_RUN), "--out", str(sweep)])
     assert result.exit_code == 0, result.output
     board = runner.invoke(app, ["leaderboard", str(sweep), "--out", str(tmp_path / "board")])
     plot = runner.invoke(app, ["plot", str(sweep), "--task", "copy", "-o", str(tmp_path / "p.png")])
@@ -122,13 +116,13 @@ def failing_fsync(after: int) -> object:
 
 
 def test_disk_full_during_a_run_is_one_line_and_leaves_no_temporary_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_flags: Callable[..., list[str]]
 ) -> None:
     # config.json, the training state and train_history.json fit; model.pt does not
     monkeypatch.setattr(files.os, "fsync", failing_fsync(after=3))
     monkeypatch.setattr(files, "_sync_folder", lambda folder: None)
     out = tmp_path / "runs"
-    result = runner.invoke(app, ["run", *COPY, *TINY_FLAGS, "--out", str(out)])
+    result = runner.invoke(app, ["run", *COPY, *tiny_flags(FILES_RUN), "--out", str(out)])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error: No space left on device: ") and lines[-1].endswith("model.pt")
@@ -140,21 +134,25 @@ def test_disk_full_during_a_run_is_one_line_and_leaves_no_temporary_file(
     assert names == ["config.json", "train_history.json", "train_state.pt"]
 
 
-def test_disk_full_at_once_leaves_no_empty_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_disk_full_at_once_leaves_no_empty_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_flags: Callable[..., list[str]]
+) -> None:
     monkeypatch.setattr(files.os, "fsync", failing_fsync(after=0))
     out = tmp_path / "new" / "runs"
-    result = runner.invoke(app, ["run", *COPY, *TINY_FLAGS, "--out", str(out)])
+    result = runner.invoke(app, ["run", *COPY, *tiny_flags(FILES_RUN), "--out", str(out)])
     assert result.exit_code == 2 and "No space left on device" in result.stderr
     assert not (tmp_path / "new").exists()
     sweep = tmp_path / "sweep"
-    result = runner.invoke(app, ["sweep", *COPY, *TINY_FLAGS, "--out", str(sweep)])
+    result = runner.invoke(app, ["sweep", *COPY, *tiny_flags(FILES_RUN), "--out", str(sweep)])
     assert result.exit_code == 2 and "No space left on device" in result.stderr
     assert leftovers(tmp_path) == [] and not (sweep / "data").exists()
 
 
-def test_disk_full_while_plotting_or_publishing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_disk_full_while_plotting_or_publishing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_flags: Callable[..., list[str]]
+) -> None:
     sweep = tmp_path / "sweep"
-    assert runner.invoke(app, ["sweep", "--task", "copy", "--attn", "softmax", *TINY_FLAGS,
+    assert runner.invoke(app, ["sweep", "--task", "copy", "--attn", "softmax", *tiny_flags(FILES_RUN),
                                "--out", str(sweep)]).exit_code == 0
     monkeypatch.setattr(files.os, "fsync", failing_fsync(after=0))
     plot = runner.invoke(app, ["plot", str(sweep), "--task", "copy", "-o", str(tmp_path / "figs" / "p.png")])
@@ -165,9 +163,10 @@ def test_disk_full_while_plotting_or_publishing(tmp_path: Path, monkeypatch: pyt
     assert leftovers(tmp_path) == [] and not (tmp_path / "board").exists()
 
 
-def test_a_successful_rerun_removes_a_stale_error_report(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    config = tiny_config()
+def test_a_successful_rerun_removes_a_stale_error_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_config: Callable[..., RunConfig]
+) -> None:
+    config = tiny_config(run=FILES_RUN)
 
     def broken_train(*args: object, **kwargs: object) -> None:
         raise RuntimeError("simulated crash")
@@ -232,17 +231,20 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=300)
 
 
-def test_a_really_full_disk(small_disk: Path) -> None:
-    done = cli("run", "--task", "copy", "--attn", "softmax", *TINY_FLAGS, "--out", str(small_disk / "runs"))
+def test_a_really_full_disk(small_disk: Path, tiny_flags: Callable[..., list[str]]) -> None:
+    done = cli("run", "--task", "copy", "--attn", "softmax", *tiny_flags(FILES_RUN), "--out",
+               str(small_disk / "runs"))
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("error: No space left on device") and "Traceback" not in done.stderr
     assert leftovers(small_disk) == []
 
 
-def test_a_read_only_folder(read_only_disk: Path, tmp_path: Path) -> None:
-    for args in (["run", "--task", "copy", "--attn", "softmax", *TINY_FLAGS, "--out", str(read_only_disk)],
-                 ["sweep", *COPY, *TINY_FLAGS, "--out", str(read_only_disk / "s")],
+def test_a_read_only_folder(
+    read_only_disk: Path, tmp_path: Path, tiny_flags: Callable[..., list[str]]
+) -> None:
+    for args in (["run", *COPY, *tiny_flags(FILES_RUN), "--out", str(read_only_disk)],
+                 ["sweep", *COPY, *tiny_flags(FILES_RUN), "--out", str(read_only_disk / "s")],
                  ["plot", str(tmp_path), "--task", "copy", "-o", str(read_only_disk / "p.png")]):
         done = cli(*args)
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pandas as pd
 import pytest
@@ -13,27 +14,13 @@ from lengthgen.attention import ATTENTION
 from lengthgen.cli import app
 from lengthgen.config import EvalConfig, RunConfig, build_run_config
 from lengthgen.harness.evaluate import wilson_interval
-from lengthgen.harness.results import COLUMNS, read_results
 from lengthgen.harness.run import build, execute
+from lengthgen.harness.storage.results import COLUMNS, read_results
 from lengthgen.harness.train import lr_at, train, train_lengths, validate
 from lengthgen.model import ModelConfig, Transformer
 from lengthgen.presets import PAPER
 
 runner = CliRunner()
-
-TINY_SETTINGS = {
-    "arch.n_layers": 2, "arch.d_model": 32, "arch.n_heads": 4, "arch.d_ff": 64,
-    "train.steps": 150, "train.batch_size": 32, "train.lr": 3e-3, "train.warmup_steps": 10,
-    "train.train_length": 6, "train.val_every": 75, "train.val_samples": 64,
-    "eval.max_factor": 2, "eval.samples": 32, "eval.min_samples": 8,
-}
-TINY_PARAMS = {"n_priorities": 6, "n_classes": 3}
-
-
-def tiny_config(attn: str, seed: int = 0, **changes: object) -> RunConfig:
-    """A tiny max_retrieval run; ``changes`` are dotted settings (``{"train.steps": 40}``)."""
-    return build_run_config("max_retrieval", attn, seed=seed, task_params=TINY_PARAMS,
-                            overrides={**TINY_SETTINGS, **changes})
 
 
 def test_wilson_interval_hand_values():
@@ -45,8 +32,8 @@ def test_wilson_interval_hand_values():
     assert hi == 1.0 and lo == pytest.approx(0.8389, abs=1e-4)
 
 
-def test_learning_rate_schedule_warmup_then_cosine():
-    config = tiny_config("softmax")
+def test_learning_rate_schedule_warmup_then_cosine(learning_config: Callable[..., RunConfig]):
+    config = learning_config("softmax")
     t = config.train
     assert lr_at(0, config) == pytest.approx(t.lr / t.warmup_steps)
     assert lr_at(t.warmup_steps - 1, config) == pytest.approx(t.lr)
@@ -55,12 +42,12 @@ def test_learning_rate_schedule_warmup_then_cosine():
     assert lr_at(middle, config) == pytest.approx(t.lr * (t.min_lr_ratio + 1) / 2, rel=0.02)
 
 
-def test_training_lengths_cover_the_range_and_follow_the_seed():
-    config = tiny_config("softmax")
+def test_training_lengths_cover_the_range_and_follow_the_seed(learning_config: Callable[..., RunConfig]):
+    config = learning_config("softmax")
     task, _ = build(config)
     lengths = train_lengths(task, config)
     assert set(lengths.tolist()) == {3, 4, 5, 6}
-    assert (train_lengths(task, tiny_config("softmax", seed=1)) != lengths).any()
+    assert (train_lengths(task, learning_config("softmax", seed=1)) != lengths).any()
 
 
 def test_eval_sample_schedule():
@@ -74,8 +61,8 @@ def test_eval_sample_schedule():
 
 
 @pytest.mark.parametrize("attn", sorted(ATTENTION.names()))
-def test_tiny_training_run_learns(attn):
-    config = tiny_config(attn)
+def test_tiny_training_run_learns(attn, learning_config: Callable[..., RunConfig]):
+    config = learning_config(attn)
     task, model = build(config)
     result = train(model, task, config, torch.device("cpu"), progress=False)
     first, last = result.history[0], result.history[-1]
@@ -85,10 +72,12 @@ def test_tiny_training_run_learns(attn):
 
 
 @pytest.mark.parametrize("selection", ["id", "8x"])
-def test_selected_checkpoint_records_validation_at_1x_and_8x(selection):
+def test_selected_checkpoint_records_validation_at_1x_and_8x(
+    selection, learning_config: Callable[..., RunConfig]
+):
     """Both validation scores belong to the checkpoint that was kept, whichever rule kept it."""
     settings = {"train.steps": 60, "train.val_every": 20, "train.selection": selection}
-    config = tiny_config("softmax", **settings)
+    config = learning_config("softmax", **settings)
     task, model = build(config)
     result = train(model, task, config, torch.device("cpu"), progress=False)
     length, n, batch = config.train.train_length, config.train.val_samples, config.train.batch_size
@@ -98,8 +87,8 @@ def test_selected_checkpoint_records_validation_at_1x_and_8x(selection):
     assert chosen == result.best_val_exact == max(h["val_exact"] for h in result.history)
 
 
-def test_run_writes_folder_schema_and_is_deterministic(tmp_path):
-    config = tiny_config("asentmax", **{"train.steps": 40})
+def test_run_writes_folder_schema_and_is_deterministic(tmp_path, learning_config: Callable[..., RunConfig]):
+    config = learning_config("asentmax", **{"train.steps": 40})
     first = execute(config, tmp_path / "a", progress=False)
     second = execute(config, tmp_path / "b", progress=False)
     run_dir = tmp_path / "a" / first["run_id"].iloc[0]
@@ -117,8 +106,8 @@ def test_run_writes_folder_schema_and_is_deterministic(tmp_path):
     assert RunConfig.model_validate_json(frame["config_json"].iloc[0]) == config
 
 
-def test_nan_loss_fails_the_run_with_a_clear_status(tmp_path):
-    config = tiny_config("softmax", **{"train.lr": 1e30})  # finite, but the weights blow up
+def test_nan_loss_fails_the_run_with_a_clear_status(tmp_path, learning_config: Callable[..., RunConfig]):
+    config = learning_config("softmax", **{"train.lr": 1e30})  # finite, but the weights blow up
     frame = execute(config, tmp_path, progress=False)
     assert list(frame["status"]) == ["failed"]
     assert "TrainingDiverged" in frame["error"].iloc[0]
@@ -178,9 +167,9 @@ def test_run_cuda_without_cuda_exits_2(tmp_path):
     assert result.exit_code == 2 and "CUDA" in result.output
 
 
-def test_prefetched_batches_train_the_same_model():
+def test_prefetched_batches_train_the_same_model(learning_config: Callable[..., RunConfig]):
     """Making step s + 1's batch while step s computes changes nothing a run records."""
-    config = tiny_config("asentmax", **{"train.steps": 30, "train.val_every": 10})
+    config = learning_config("asentmax", **{"train.steps": 30, "train.val_every": 10})
     results = []
     for ahead in (True, False):
         task, model = build(config)
@@ -213,12 +202,12 @@ def test_prefetch_hands_each_step_its_own_batch_and_its_errors():
         assert list(batches) == []
 
 
-def test_divergence_stops_within_the_logging_interval(monkeypatch):
+def test_divergence_stops_within_the_logging_interval(monkeypatch, learning_config: Callable[..., RunConfig]):
     """A non-finite loss is read back only at logging steps, so the run stops within LOG_EVERY
     steps of it, names the first bad step, and never validates diverged weights."""
     from lengthgen.harness import train as training
 
-    config = tiny_config("softmax", **{"train.steps": 60, "train.val_every": 50})
+    config = learning_config("softmax", **{"train.steps": 60, "train.val_every": 50})
     task, model = build(config)
     bad_from, calls = 23, []
     real_loss = training.masked_loss
@@ -238,12 +227,12 @@ def test_divergence_stops_within_the_logging_interval(monkeypatch):
 
 
 @pytest.mark.parametrize("attn", ["softmax", "asentmax"])
-def test_bf16_training_is_recorded_and_runs_bf16_products(attn):
+def test_bf16_training_is_recorded_and_runs_bf16_products(attn, learning_config: Callable[..., RunConfig]):
     """``train.precision = bf16`` autocasts the training forward passes (the linear layers run in
     bfloat16, attention arithmetic stays fp32), is part of the config's hash, and still learns; the
     default fp32 is not written, so recorded configs keep their hash."""
-    config = tiny_config(attn, **{"train.precision": "bf16"})
-    plain = tiny_config(attn)
+    config = learning_config(attn, **{"train.precision": "bf16"})
+    plain = learning_config(attn)
     assert '"precision":"bf16"' in config.canonical_json() and "precision" not in plain.canonical_json()
     assert config.config_hash() != plain.config_hash()
     assert RunConfig.model_validate_json(plain.canonical_json()).train.precision == "fp32"

@@ -4,16 +4,24 @@ summaries match hand-made weight rows."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from hostile import tiny_config  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
-from lengthgen.harness.heads import HeadTally, _hooked, _knock_out, head_weights, keys_holding, profile_heads
+from lengthgen.config import RunConfig
+from lengthgen.harness.recorded.heads import (
+    HeadTally,
+    _hooked,
+    _knock_out,
+    head_weights,
+    keys_holding,
+    profile_heads,
+)
 from lengthgen.harness.run import execute
 from lengthgen.tasks import get_task
 from lengthgen.testing import make_model
@@ -69,10 +77,12 @@ def test_a_knock_out_is_the_head_removed_from_the_output_projection() -> None:
     assert torch.allclose(silenced, removed, atol=1e-6)
 
 
-def test_profiles_cover_every_head_and_an_unused_head_costs_nothing(tmp_path: Path) -> None:
+def test_profiles_cover_every_head_and_an_unused_head_costs_nothing(
+    tmp_path: Path, tiny_config: Callable[..., RunConfig]
+) -> None:
     torch.set_num_threads(1)
     frame = execute(tiny_config(), tmp_path, progress=False)
-    from lengthgen.harness.reevaluate import load_model, load_saved_run
+    from lengthgen.harness.recorded.saved import load_model, load_saved_run
 
     run = load_saved_run(tmp_path / frame["run_id"].iloc[0])
     task = get_task("copy")
@@ -86,7 +96,7 @@ def test_profiles_cover_every_head_and_an_unused_head_costs_nothing(tmp_path: Pa
     assert all(1 <= h.keys_for_mass and 0 < h.top_weight <= 1 and 0 < h.distance_share <= 1 for h in heads)
 
 
-def test_command_prints_one_line_per_head(tmp_path: Path) -> None:
+def test_command_prints_one_line_per_head(tmp_path: Path, tiny_config: Callable[..., RunConfig]) -> None:
     torch.set_num_threads(1)
     frame = execute(tiny_config(), tmp_path, progress=False)
     run_dir = tmp_path / frame["run_id"].iloc[0]
@@ -108,22 +118,20 @@ def test_command_prints_one_line_per_head(tmp_path: Path) -> None:
 @pytest.mark.parametrize("args, expected", [
     (["--factor", "0"], "factor and samples must be at least 1"),
     (["--samples", "0"], "factor and samples must be at least 1"),
+    ([], "is not a run folder (it has no config.json)"),  # the empty folder itself
 ])
-def test_bad_arguments_are_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
-    result = runner.invoke(app, ["heads", str(tmp_path), *args])
-    assert result.exit_code == 2 and expected in result.output, result.output
+def test_bad_arguments_and_a_folder_without_a_run_are_one_line(
+    tmp_path: Path, args: list[str], expected: str, one_line_error: Callable[..., None]
+) -> None:
+    one_line_error(runner.invoke(app, ["heads", str(tmp_path), *args]), expected)
 
 
-def test_a_folder_without_a_run_is_refused(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["heads", str(tmp_path)])
-    assert result.exit_code == 2 and "is not a run folder (it has no config.json)" in result.output, \
-        result.output
-
-
-def test_roles_of_the_top_key_cover_every_scored_token_once_per_head(tmp_path: Path) -> None:
+def test_roles_of_the_top_key_cover_every_scored_token_once_per_head(
+    tmp_path: Path, tiny_config: Callable[..., RunConfig]
+) -> None:
     """MQMTAR names the roles of positions: each head's tally counts every scored answer token once,
     split by the model's answer being right or wrong, and the command prints them."""
-    from lengthgen.harness.heads import profile_run
+    from lengthgen.harness.recorded.heads import profile_run
 
     torch.set_num_threads(1)
     frame = execute(tiny_config("mqmtar", **{"train.train_length": 16}), tmp_path, progress=False)
@@ -147,10 +155,10 @@ def test_roles_of_the_top_key_cover_every_scored_token_once_per_head(tmp_path: P
     assert len(lines) == 3 + 2 * n_heads
 
 
-def test_a_task_variant_is_profiled_and_named(tmp_path: Path) -> None:
+def test_a_task_variant_is_profiled_and_named(tmp_path: Path, tiny_config: Callable[..., RunConfig]) -> None:
     """``--param`` profiles the same weights on a task variant (MQMTAR's planted near misses), says
     so in the header, and refuses a variant with another vocabulary, as ``lengthgen eval`` does."""
-    from lengthgen.harness.reevaluate import open_trained
+    from lengthgen.harness.recorded.saved import open_trained
 
     torch.set_num_threads(1)
     frame = execute(tiny_config("mqmtar", **{"train.train_length": 16}), tmp_path, progress=False)

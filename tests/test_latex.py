@@ -9,12 +9,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from leaderboard_rows import ROWS, make_rows  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
 from lengthgen.leaderboard import latex, load_rows, plot_exact_match, render
 from lengthgen.leaderboard.latex import PREAMBLE, latex_escape
+from tests.leaderboard_rows import ROWS, make_rows
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -163,3 +163,87 @@ def test_the_check_reads_real_code(tmp_path: Path) -> None:
     assert "layercake.low imports layercake.left (layercake.left is not below layercake.low)" in broken
     assert "layercake.right imports layercake.left (layercake.left is not below layercake.right)" in broken
     assert any(line.startswith("import cycle:") for line in broken)
+
+
+# -- the architecture document against the code --------------------------------------------------
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def architecture_chain(text: str) -> Layers:
+    """The layer chain the architecture document writes out (`a` › `b | c` › …), top first."""
+    chain = re.search(r"^`lengthgen` ›(.*?)\n\n", text, flags=re.M | re.S)
+    assert chain, "no layer chain in the architecture document"
+    groups = ("`lengthgen` ›" + chain.group(1)).split("›")
+    return [[f"lengthgen.{name}" if name != "lengthgen" else name
+             for name in (part.strip().strip(".`") for part in group.split("|"))] for group in groups]
+
+
+def folded(layers: Layers) -> Layers:
+    """The design's layers with the kernels' inner layers folded into ``kernels`` (the chain names
+    the folder once; its inside is its own paragraph's business)."""
+    out: Layers = []
+    for parts in layers:
+        parts = sorted({"lengthgen.kernels" if p.startswith("lengthgen.kernels") else p for p in parts})
+        if not out or out[-1] != parts:
+            out.append(parts)
+    return out
+
+
+def named_hubs(text: str) -> list[str]:
+    """Every module a folder's paragraph names as a hub (``Hub: `x.py```, ``Hubs: `x.py` (…) and
+    `y.py```), as a dotted module path found under that paragraph's folder."""
+    hubs = []
+    for paragraph in text.split("\n\n"):
+        folder = re.match(r"\*\*`(lengthgen/[\w/]*)`\*\*", paragraph)
+        if not folder:
+            continue
+        root = ROOT / folder.group(1)
+        for sentence in re.findall(r"Hubs?: (.*?)(?:, because|\.\s|\.$)", paragraph, flags=re.S):
+            for name in re.findall(r"`(\w+)\.py`", re.sub(r"\([^)]*\)", "", sentence)):
+                found = sorted(p for p in root.rglob(f"{name}.py") if p.parent == root or name != "__init__")
+                assert len(found) == 1, f"hub {name}.py of {folder.group(1)}: {found}"
+                hubs.append(".".join(found[0].relative_to(ROOT).with_suffix("").parts))
+    return hubs
+
+
+def importers_within(graph, module: str) -> dict[str, int]:  # noqa: ANN001
+    """For each module of ``module``'s folder, how many other modules under that folder import it."""
+    folder = module.rsplit(".", 1)[0]
+    under = {m for m in graph.modules if m.startswith(folder + ".")}
+    packages = {m.rsplit(".", 1)[0] for m in under}
+    own = {m for m in under if m.rsplit(".", 1)[0] == folder and m not in packages}
+    return {m: sum(m in graph.find_modules_directly_imported_by(o) for o in under - {m}) for m in own}
+
+
+def test_the_architecture_document_chains_the_design_layers(layers: Layers) -> None:
+    chain = architecture_chain(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert [sorted(parts) for parts in chain] == folded(layers)
+
+
+def test_each_named_hub_is_among_its_folders_most_imported_modules(graph) -> None:  # noqa: ANN001
+    """A hub, as the document says, is a module most of its siblings import: each one it names is
+    among its folder's three most imported, and each folder's most imported module (imported
+    three times or more) is named."""
+    hubs = named_hubs(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert "lengthgen.harness.recorded.saved" in hubs and "lengthgen.kernels.cpu.jit" in hubs
+    for hub in hubs:
+        counts = importers_within(graph, hub)
+        third = sorted(counts.values(), reverse=True)[:3][-1]
+        assert counts[hub] >= max(2, third), f"{hub}: {counts[hub]} importers; the folder's {counts}"
+    folders = {m.rsplit(".", 1)[0] for m in graph.modules if m.startswith("lengthgen.")}
+    for folder in sorted(folders):
+        counts = importers_within(graph, f"{folder}.x")
+        top = max(counts.values(), default=0)
+        if top >= 3:
+            assert {m for m, n in counts.items() if n == top} & set(hubs), f"{folder} names no hub: {counts}"
+
+
+def test_the_leaderboard_package_names_every_module() -> None:
+    """Its docstring lists every module with its job (the architecture document sends readers there)."""
+    import lengthgen.leaderboard as leaderboard
+
+    folder = Path(leaderboard.__file__).parent
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    assert leaderboard.__doc__ is not None
+    named = set(re.findall(r"``(\w+)``", leaderboard.__doc__))
+    assert modules <= named, sorted(modules - named)

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from leaderboard_rows import ROWS, make_rows  # tests/ is on sys.path
 from scipy import stats as scipy_stats
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
 from lengthgen.harness.evaluate import wilson_interval
-from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
+from lengthgen.harness.storage.results import rows_to_frame, write_parquet_atomic
 from lengthgen.leaderboard import (
     PAPER_LABEL,
     PROTOCOL_LABEL,
@@ -31,6 +30,7 @@ from lengthgen.leaderboard import (
     task_settings_table,
     task_table,
 )
+from tests.leaderboard_rows import ROWS, make_rows
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]

@@ -16,11 +16,11 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from leaderboard_rows import ROWS, make_rows, study_rows  # tests/ is on sys.path
 
-from lengthgen.harness.results import write_parquet_atomic
+from lengthgen.harness.storage.results import write_parquet_atomic
 from lengthgen.leaderboard import write_leaderboard
 from lengthgen.leaderboard.budget_page import StudySource
+from tests.leaderboard_rows import ROWS, make_rows, study_rows
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="no selenium: pip install selenium")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -89,16 +89,34 @@ def column(table: Any, index: int, pinned: bool = False) -> list[str]:
             for row in body[0].find_elements(By.TAG_NAME, "tr")] if body else []
 
 
+def texts(driver: Any, table: Any, index: int) -> list[str]:
+    """A column's cells as the page's sort reads them (their text content), rows in page order."""
+    return driver.execute_script(
+        "return Array.from(arguments[0].querySelectorAll('tbody:not(.pinned) tr'))"
+        ".map(r => r.cells[arguments[1]].textContent);", table, index)
+
+
+def in_order(driver: Any, cells: list[str]) -> bool:
+    """Ascending by the browser's own collation (``localeCompare``, which the page sorts by)."""
+    return driver.execute_script(
+        "var c = arguments[0]; return c.slice(1).every((x, i) => c[i].localeCompare(x) <= 0);", cells)
+
+
 def pinned_text(table: Any) -> str:
     return "\n".join(t.text for t in table.find_elements(By.CSS_SELECTOR, "tbody.pinned"))
 
 
 def sortable_column(table: Any) -> int:
-    """A numeric column whose values differ between rows, so a sort shows."""
+    """A column whose values differ between rows, so a sort shows: a numeric one if there is one,
+    else one of text."""
     heads = table.find_elements(By.CSS_SELECTOR, "thead th")
     for index, head in enumerate(heads):
         values = column(table, index)
         if head.get_attribute("data-numeric") == "1" and all(values) and len(set(values)) > 1:
+            return index
+    cells = table.find_elements(By.CSS_SELECTOR, "tbody:not(.pinned) tr")
+    for index in range(len(heads)):
+        if len({row.find_elements(By.TAG_NAME, "td")[index].text for row in cells}) > 1:
             return index
     return 0
 
@@ -115,6 +133,7 @@ def test_every_table_sorts_on_click_with_indicator(browser: Any, page_url: str) 
     # effective length; copy, its settings and its paper-vs-ours; flip_flop and its settings; the budget
     # study; how the runs were made; the commits that made the rows
     assert len(tables) == 9
+    text_columns = 0
     for table in tables:
         col = sortable_column(table)
         head = table.find_elements(By.CSS_SELECTOR, "thead th")[col]
@@ -127,17 +146,22 @@ def test_every_table_sorts_on_click_with_indicator(browser: Any, page_url: str) 
             assert numbers == sorted(numbers, reverse=True), (head.text, numbers)
             assert head.get_attribute("aria-sort") == "descending" and "▼" in head.text
         else:
-            cells = [r.find_elements(By.TAG_NAME, "td")[col].text
-                     for r in table.find_elements(By.CSS_SELECTOR, "tbody:not(.pinned) tr")]
+            cells = texts(browser, table, col)
+            text_columns += len(set(cells)) > 1  # a table of one distinct value shows no order
+            assert in_order(browser, cells), cells
             assert head.get_attribute("aria-sort") == "ascending" and "▲" in head.text, cells
         head.find_element(By.TAG_NAME, "button").click()
         assert head.get_attribute("aria-sort") == ("ascending" if numeric else "descending")
         if numeric:
             numbers = [float(v) for v in column(table, col)]
             assert numbers == sorted(numbers) and "▲" in head.text
+        else:
+            cells = texts(browser, table, col)
+            assert in_order(browser, cells[::-1]) and "▼" in head.text, cells
         others = [h for i, h in enumerate(table.find_elements(By.CSS_SELECTOR, "thead th")) if i != col]
         assert all(h.get_attribute("aria-sort") == "none" for h in others)
         assert pinned_text(table) == pinned_before  # the paper and protocol rows never move
+    assert text_columns  # the text branch ran on a table whose order shows
     assert console_errors(browser) == []
 
 
@@ -173,7 +197,7 @@ def test_tooltips_links_and_date(browser: Any, page_url: str) -> None:
     assert abbr.text == "mean [lo, hi]" and "Student t" in abbr.get_attribute("title")
     links = {a.text: a.get_attribute("href") for a in browser.find_elements(By.CSS_SELECTOR, "p.meta a")}
     assert set(links) == {"CSV", "README", "data"} and links["CSV"].endswith("/leaderboard.csv")
-    assert links["data"].endswith("/data/") or links["data"].endswith("/")
+    assert links["data"] == page_url.rsplit("/", 1)[0] + "/"  # the rows' folder: here the board's own
     meta = browser.find_element(By.CSS_SELECTOR, "p.meta").text
     assert "Data as of 2026-01-03 00:00 UTC" in meta and "data commit abc1234" in meta
     interval = browser.find_element(By.CSS_SELECTOR, "td.n[title*='Student-t']")
@@ -289,7 +313,7 @@ ALERT_POS = 'x" onmouseover="alert(2)" data-x="'
 def hostile_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A board whose every data string (task, backend, scheme, preset, ablation folder, ABOUT.md,
     --title, --hardware) tries to run script."""
-    from hostile import SCRIPT, relabel
+    from tests.hostile import SCRIPT, relabel
 
     root = tmp_path_factory.mktemp("hostile")
     rows = relabel(make_rows(ROWS), task=SCRIPT, attn=ALERT_ATTN, pos=ALERT_POS, preset=SCRIPT)
@@ -303,10 +327,10 @@ def hostile_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_hostile_strings_are_shown_as_text_and_never_run(browser: Any, hostile_url: str) -> None:
-    from hostile import SCRIPT
     from selenium.common.exceptions import NoAlertPresentException
 
     from lengthgen.leaderboard.safe import slug
+    from tests.hostile import SCRIPT
 
     load(browser, hostile_url, 1400)
     for element in browser.find_elements(By.CSS_SELECTOR, "td, th, h1, h2, h3, nav a, p, li"):

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
 import lengthgen
 from lengthgen.errors import UserError, UserNotice
-from lengthgen.harness.results import COLUMNS
+from lengthgen.harness.storage.results import COLUMNS
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-TINY = 'steps=3, eval_samples=8, train_length=8, **{"arch.d_model": 32, "train.batch_size": 8}'
 
 
 def readme_example() -> str:
@@ -27,12 +28,15 @@ def readme_example() -> str:
     return match.group(1)
 
 
-def test_the_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_readme_example_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_settings: Callable[..., dict[str, Any]]
+) -> None:
     code = readme_example()
+    tiny = f"steps=3, eval_samples=8, train_length=8, **{tiny_settings({})!r}"  # the tiny model
     assert code.count("steps=300") == 2  # the settings the test shrinks
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {}
-    exec(compile(code.replace("steps=300", TINY), str(README), "exec"), namespace)
+    exec(compile(code.replace("steps=300", tiny), str(README), "exec"), namespace)
     grid, rows = namespace["grid"], namespace["rows"]
     assert isinstance(grid, pd.DataFrame) and isinstance(rows, pd.DataFrame)
     assert sorted(set(grid["factor"])) == [1, 2, 4, 8]

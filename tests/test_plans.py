@@ -8,32 +8,44 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
-from hostile import forged  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
 from lengthgen.config import RunConfig
 from lengthgen.errors import UserError
 from lengthgen.harness.evaluate import wilson_interval
-from lengthgen.harness.results import rows_to_frame, write_parquet_atomic
 from lengthgen.harness.resume import STATE_FILE, TrainingProgress, save_progress
+from lengthgen.harness.storage.results import rows_to_frame, write_parquet_atomic
 from lengthgen.leaderboard import load_rows
 from lengthgen.leaderboard.rows import prepared, runs, setting_of
 from lengthgen.leaderboard.selection import select_settings
 from lengthgen.plans.estimate import Timings
 from lengthgen.plans.execute import run_plan
 from lengthgen.plans.listing import dry_run_lines, missing_run_lines
-from lengthgen.plans.plan import blocks, board_run_ids, configs_at, load_plan, screening_progress, survey
+from lengthgen.plans.plan import (
+    BoardPlan,
+    blocks,
+    board_run_ids,
+    configs_at,
+    load_plan,
+    screening_progress,
+    survey,
+)
 from lengthgen.sweeps import data_path, run_key
+from tests.hostile import forged
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
-TINY = """
+#: A plan of two tiny sweeps (flip_flop with a screened grid, max_retrieval); ``{ff}`` and ``{mr}``
+#: are their settings, the tiny model's with ``FF_RUN`` and ``MR_RUN``.
+TINY_PLAN = """
 title = "tiny board"
 hardware = "test machine"
 
@@ -45,15 +57,7 @@ seeds = [0, 1]
 grid = {{ "train.lr" = [1e-3, 2e-3] }}
 screen = {{ max_factor = {screen} }}
 [sweep.set]
-"train.steps" = 4
-"train.val_every" = 2
-"train.batch_size" = 8
-"train.val_samples" = 8
-"arch.d_model" = 32
-"arch.d_ff" = 64
-"eval.samples" = 4
-"eval.min_samples" = 4
-"eval.max_factor" = 4
+{ff}
 
 [[sweep]]
 name = "mr"
@@ -61,22 +65,46 @@ task = ["max_retrieval"]
 attn = ["entmax"]
 seeds = [0]
 [sweep.set]
-"train.steps" = 2
-"train.batch_size" = 8
-"train.val_samples" = 8
-"arch.d_model" = 32
-"arch.d_ff" = 64
-"eval.samples" = 4
-"eval.min_samples" = 4
-"eval.max_factor" = 2
+{mr}
 """
+FF_RUN = {"train.steps": 4, "train.val_every": 2, "eval.samples": 4, "eval.min_samples": 4,
+          "eval.max_factor": 4}
+MR_RUN = {"train.steps": 2, "eval.samples": 4, "eval.min_samples": 4, "eval.max_factor": 2}
 
 
-def write_plan(tmp_path: Path, screen: int = 1, text: str | None = None) -> Path:
-    path = tmp_path / "plan.toml"
-    path.write_text(textwrap.dedent(text if text is not None else TINY.format(screen=screen)),
-                    encoding="utf-8")
-    return path
+@pytest.fixture
+def tiny_plan(tiny_settings: Callable[..., dict[str, Any]]) -> Callable[[int], str]:
+    """``tiny_plan(screen)``: the text of ``TINY_PLAN``, its grid screened up to ``screen``×."""
+
+    def toml(run: dict[str, Any]) -> str:
+        # the sweep's own settings first, then by section: the board lists them in this order
+        settings = {**run, **tiny_settings(run)}
+        section = {"train": 0, "arch": 1, "eval": 2}
+        ordered = sorted(settings.items(), key=lambda item: section[item[0].split(".")[0]])
+        return "\n".join(f'"{k}" = {v}' for k, v in ordered)
+
+    return lambda screen: TINY_PLAN.format(screen=screen, ff=toml(FF_RUN), mr=toml(MR_RUN))
+
+
+@pytest.fixture
+def write_plan(tiny_plan: Callable[[int], str]) -> Callable[..., Path]:
+    """``write_plan(folder, screen=1, text=None)``: ``folder/plan.toml`` holding ``text``, or the tiny
+    plan screened up to ``screen``×."""
+
+    def write(tmp_path: Path, screen: int = 1, text: str | None = None) -> Path:
+        path = tmp_path / "plan.toml"
+        path.write_text(textwrap.dedent(text if text is not None else tiny_plan(screen)), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def screened(tmp_path: Path, write_plan: Callable[..., Path]) -> tuple[BoardPlan, RunConfig, RunConfig]:
+    """The tiny plan screened up to 2×, and its grid's two screening runs (lower lr first)."""
+    plan = load_plan(write_plan(tmp_path, screen=2))
+    low, high = sorted(blocks(plan)[0].screening, key=lambda c: c.train.lr)
+    return plan, low, high
 
 
 def ok_factors(out: Path, config: RunConfig) -> list[int]:
@@ -105,7 +133,9 @@ def ok_factors(out: Path, config: RunConfig) -> list[int]:
     ("[[sweep]\nname = ", "not a valid TOML file"),
     ("title = 'no sweeps'\n", "sweep"),
 ])
-def test_a_bad_plan_is_one_line_and_exit_2(tmp_path: Path, text: str, message: str) -> None:
+def test_a_bad_plan_is_one_line_and_exit_2(
+    tmp_path: Path, text: str, message: str, write_plan: Callable[..., Path]
+) -> None:
     path = write_plan(tmp_path, text=text)
     with pytest.raises(UserError, match=message):
         blocks(load_plan(path))
@@ -115,7 +145,7 @@ def test_a_bad_plan_is_one_line_and_exit_2(tmp_path: Path, text: str, message: s
     assert not (tmp_path / "out").exists()
 
 
-def test_plan_flags_that_the_plan_sets_are_refused(tmp_path: Path) -> None:
+def test_plan_flags_that_the_plan_sets_are_refused(tmp_path: Path, write_plan: Callable[..., Path]) -> None:
     path = write_plan(tmp_path)
     result = runner.invoke(app, ["sweep", "--plan", str(path), "--out", str(tmp_path / "o"), "--task", "copy",
                                  "--set", "train.lr=1e-3"])
@@ -126,8 +156,9 @@ def test_plan_flags_that_the_plan_sets_are_refused(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "no such file" in missing.output
 
 
-def test_the_plan_does_the_missing_work_and_nothing_else(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_plan_does_the_missing_work_and_nothing_else(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], write_plan: Callable[..., Path]
+) -> None:
     """Screening on seed 0 up to 2x, seed 1 only at the chosen point, every chosen run evaluated to
     the full 4x, a single-setting sweep as it is; run again, nothing happens."""
     plan = load_plan(write_plan(tmp_path, screen=2))
@@ -184,7 +215,9 @@ def _fake_run(out: Path, config: RunConfig, val_id: float, test_1x: float, val_8
     write_parquet_atomic(rows_to_frame(rows), data_path(out, run_key(config)))
 
 
-def test_the_choice_is_made_on_validation_never_on_test(tmp_path: Path) -> None:
+def test_the_choice_is_made_on_validation_never_on_test(
+    tmp_path: Path, write_plan: Callable[..., Path]
+) -> None:
     """lr 1e-3 validates better, lr 2e-3 tests better: the remaining seed runs at 1e-3."""
     plan = load_plan(write_plan(tmp_path, screen=2))
     out = tmp_path / "board"
@@ -210,7 +243,7 @@ def test_the_choice_is_made_on_validation_never_on_test(tmp_path: Path) -> None:
 
 
 def test_the_paper_protocol_pick_is_evaluated_over_the_whole_range_once_every_run_is_trained(
-        tmp_path: Path) -> None:
+        tmp_path: Path, write_plan: Callable[..., Path]) -> None:
     """The runner-up point's screening run validates best at 8x: it is the backend's paper-protocol
     pick, so once seed 1 is recorded it is evaluated to 4x like the chosen runs; a seed 1 that
     validates better at 8x takes the pick, and the runner-up stays at the screening factor."""
@@ -246,10 +279,11 @@ def _stopped_at(out: Path, folder_of: RunConfig, state_of: RunConfig, step: int)
                   TrainingProgress(step=step))
 
 
-def test_a_missing_run_whose_training_was_stopped_is_listed_with_the_steps_left(tmp_path: Path) -> None:
-    plan = load_plan(write_plan(tmp_path, screen=2))
+def test_a_missing_run_whose_training_was_stopped_is_listed_with_the_steps_left(
+    tmp_path: Path, screened: tuple[BoardPlan, RunConfig, RunConfig]
+) -> None:
+    plan, low, high = screened
     out = tmp_path / "board"
-    low, high = sorted(blocks(plan)[0].screening, key=lambda c: c.train.lr)
     _fake_run(out, low, val_id=0.9, test_1x=0.25)
     _fake_run(out, high, val_id=0.5, test_1x=1.0)
     seed_1 = next(w.config for w in survey(plan, out)[0].work if w.kind == "seed")
@@ -265,11 +299,12 @@ def test_a_missing_run_whose_training_was_stopped_is_listed_with_the_steps_left(
     assert plain[1].endswith("~64 s") and plain[2] == "missing: 2 of 2 runs; estimated CPU time 2 min"
 
 
-def test_a_state_the_run_would_not_resume_is_not_listed_as_resuming(tmp_path: Path) -> None:
+def test_a_state_the_run_would_not_resume_is_not_listed_as_resuming(
+    tmp_path: Path, screened: tuple[BoardPlan, RunConfig, RunConfig]
+) -> None:
     """Another config's state, or an unreadable file, trains from step 0: listed with the whole run."""
-    plan = load_plan(write_plan(tmp_path, screen=2))
+    plan, low, high = screened
     out = tmp_path / "board"
-    low, high = sorted(blocks(plan)[0].screening, key=lambda c: c.train.lr)
     _stopped_at(out, low, high, step=2)
     (out / "runs" / run_key(high)).mkdir(parents=True)
     (out / "runs" / run_key(high) / STATE_FILE).write_bytes(b"not a training state")
@@ -287,7 +322,7 @@ def _drop_factor(out: Path, config: RunConfig, factor: int) -> pd.DataFrame:
 
 
 def test_a_run_whose_model_is_gone_is_trained_again_checked_and_extended(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], write_plan: Callable[..., Path]) -> None:
     """A fresh clone holds data/, not model.pt: the plan retrains the run, extends it only when
     the retrained model reproduces the recorded rows, and the new length is the one it had."""
     plan = load_plan(write_plan(tmp_path, screen=2))
@@ -327,7 +362,9 @@ def test_a_run_whose_model_is_gone_is_trained_again_checked_and_extended(
     assert not list((out / "runs").glob(".restore-*"))
 
 
-def test_leaderboard_from_a_plan_shows_its_runs_and_its_commands(tmp_path: Path) -> None:
+def test_leaderboard_from_a_plan_shows_its_runs_and_its_commands(
+    tmp_path: Path, write_plan: Callable[..., Path]
+) -> None:
     path = write_plan(tmp_path, screen=2)
     out = tmp_path / "board"
     run_plan(load_plan(path), out, progress=False)
@@ -360,14 +397,16 @@ def test_leaderboard_from_a_plan_shows_its_runs_and_its_commands(tmp_path: Path)
     assert conflict.exit_code == 2 and "--title" in conflict.output
 
 
-def test_the_board_names_the_reason_of_every_cell_where_not_every_seed_learned(tmp_path: Path) -> None:
+def test_the_board_names_the_reason_of_every_cell_where_not_every_seed_learned(
+    tmp_path: Path, write_plan: Callable[..., Path], tiny_plan: Callable[[int], str]
+) -> None:
     """A reason from the plan, linked to its ablation; a cell without one says so; a reason naming
     an ablation the board does not publish is refused before anything is written."""
     ablation = tmp_path / "ablations" / "why-ff"
     (ablation / "data").mkdir(parents=True)
     (ablation / "ABOUT.md").write_text("# Why flip-flop fails here\n\nBecause of `four steps`.\n",
                                        encoding="utf-8")
-    text = TINY.format(screen=2).replace('hardware = "test machine"', 'hardware = "test machine"\n'
+    text = tiny_plan(2).replace('hardware = "test machine"', 'hardware = "test machine"\n'
                                          'ablations = "ablations"')
     text += ('\n[[reason]]\ntask = "flip_flop"\nattn = ["softmax"]\nablation = "why-ff"\n'
              'text = "four steps are too few (`train.steps = 4`)"\n')
@@ -400,7 +439,9 @@ def test_the_board_names_the_reason_of_every_cell_where_not_every_seed_learned(t
     assert not (tmp_path / "p2").exists()
 
 
-def test_a_grid_screened_in_part_shows_its_best_point_so_far_as_provisional(tmp_path: Path) -> None:
+def test_a_grid_screened_in_part_shows_its_best_point_so_far_as_provisional(
+    tmp_path: Path, write_plan: Callable[..., Path]
+) -> None:
     """One of two screening runs recorded: the row is not the "only setting" it would be without
     the plan, but provisional, until the other point is recorded and the rule can choose."""
     path = write_plan(tmp_path, screen=2)
@@ -447,6 +488,7 @@ def test_the_published_plan_builds_and_the_board_holds_only_its_runs() -> None:
         for point in block.sweep.points() or [{}]:
             possible.update(run_key(c) for c in configs_at(block, point, block.sweep.seeds))
     committed = {p.stem for p in (REPO / "leaderboard" / "data").glob("*.parquet")}
+    assert committed, "leaderboard/data holds no runs: nothing would be checked"
     assert committed <= possible, sorted(committed - possible)[:3]
     assert {b.task for b in blocks(plan)} == {"mqmtar", "copy", "sort", "max_retrieval", "flip_flop"}
     assert all(len(b.sweep.seeds) == 3 for b in blocks(plan))
@@ -473,7 +515,9 @@ variants = [{ param = { near_misses = 1 }, min_factor = 2, max_factor = 2 }]
 """
 
 
-def test_a_sweep_evaluates_every_recorded_run_on_its_task_variants(tmp_path: Path) -> None:
+def test_a_sweep_evaluates_every_recorded_run_on_its_task_variants(
+    tmp_path: Path, write_plan: Callable[..., Path]
+) -> None:
     """``variants`` evaluates each recorded run on a task variant at its factors (as ``lengthgen
     eval --param``), rows named by the variant; the dry run lists it while missing; run again,
     nothing happens."""
@@ -501,7 +545,9 @@ def test_a_sweep_evaluates_every_recorded_run_on_its_task_variants(tmp_path: Pat
     ("{ param = { near_misses = 1 }, min_factor = 3 }", "power of two"),
     ("{ param = { near_misses = 1 }, min_factor = 4, max_factor = 2 }", "under min_factor"),
 ])
-def test_a_bad_variant_is_one_line(tmp_path: Path, variant: str, message: str) -> None:
+def test_a_bad_variant_is_one_line(
+    tmp_path: Path, variant: str, message: str, write_plan: Callable[..., Path]
+) -> None:
     text = VARIANTS.replace("variants = [{ param = { near_misses = 1 }, min_factor = 2, max_factor = 2 }]",
                             f"variants = [{variant}]")
     with pytest.raises(UserError, match=message):

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -30,7 +30,8 @@ EXAMPLE = ROOT / "examples" / "lengthgen-plugin-example"
 EXAMPLE_SRC = EXAMPLE / "src" / "lengthgen_example_plugin"
 EXAMPLE_DIST = "lengthgen-example-plugin"
 #: Small enough for a few seconds on a shared 2-core CPU.
-TINY_RUN = ["--steps", "2", "--max-factor", "1", "--eval-samples", "4", "--train-length", "8", "--quiet"]
+#: The tiny run of these tests: two steps, evaluated at 1× only.
+PLUGIN_RUN = {"train.steps": 2, "eval.max_factor": 1, "eval.samples": 4, "train.train_length": 8}
 
 runner = CliRunner()
 
@@ -199,16 +200,21 @@ def test_two_plugins_with_one_name(installed_plugins: Path) -> None:
     assert f"{PLUGIN_MODULE}:Good, from lg-t7-plugins" in ATTENTION.broken["lg_good"]
 
 
-def test_runs_unaffected_by_broken_plugins(installed_plugins: Path, tmp_path: Path) -> None:
+def test_runs_unaffected_by_broken_plugins(
+    installed_plugins: Path, tmp_path: Path, tiny_flags: Callable[..., list[str]]
+) -> None:
     out_dir = tmp_path / "runs"
     with pytest.warns(PluginWarning):
-        code, out = invoke(["run", "--task", "copy", "--attn", "lg_good", *TINY_RUN, "--out", str(out_dir)])
+        code, out = invoke(["run", "--task", "copy", "--attn", "lg_good", *tiny_flags(PLUGIN_RUN),
+                            "--out", str(out_dir)])
     assert code == 0, out
-    code, out = invoke(["run", "--task", "copy", "--attn", "softmax", *TINY_RUN, "--out", str(out_dir)])
+    code, out = invoke(["run", "--task", "copy", "--attn", "softmax", *tiny_flags(PLUGIN_RUN),
+                        "--out", str(out_dir)])
     assert code == 0, out
     frames = pd.concat(pd.read_parquet(p) for p in out_dir.glob("*/results.parquet"))
     assert sorted(frames["attn"]) == ["lg_good", "softmax"] and (frames["status"] == "ok").all()
-    code, out = invoke(["run", "--task", "copy", "--attn", "lg_abstract", *TINY_RUN, "--out", str(out_dir)])
+    code, out = invoke(["run", "--task", "copy", "--attn", "lg_abstract", *tiny_flags(PLUGIN_RUN),
+                        "--out", str(out_dir)])
     assert code == 2
     error = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and "failed to load" in error[0] and "abstract" in error[0]
@@ -273,7 +279,9 @@ def test_example_backend_passes_the_suite() -> None:
 
 
 # -- ad-hoc specs --------------------------------------------------------------------------------
-def test_file_specs_run_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_file_specs_run_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_flags: Callable[..., list[str]]
+) -> None:
     """``./file.py:Class`` for both task and backend; the run folder is visible and sane."""
     (tmp_path / "my_task.py").write_text((EXAMPLE_SRC / "parity.py").read_text())
     (tmp_path / "my_attn.py").write_text((EXAMPLE_SRC / "relu2.py").read_text())
@@ -281,7 +289,7 @@ def test_file_specs_run_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     task_spec, attn_spec = "./my_task.py:Parity", "./my_attn.py:ReLU2Attention"
     assert "relu2" not in ATTENTION._entries or ATTENTION.get(attn_spec) is not ATTENTION.get("relu2")
     code, out = invoke(["run", "--task", task_spec, "--attn", attn_spec, "--attn-option", "margin=0.5",
-                        *TINY_RUN, "--out", "runs"])
+                        *tiny_flags(PLUGIN_RUN), "--out", "runs"])
     assert code == 0, out
     (run_dir,) = (tmp_path / "runs").iterdir()
     # safe_name: no separators, and no leading dot (that would hide the folder)
@@ -296,7 +304,7 @@ def test_module_spec() -> None:
     assert ATTENTION.get("lengthgen.attention.softmax_family:TopK") is ATTENTION.get("topk")
 
 
-def test_bad_file_specs(tmp_path: Path) -> None:
+def test_bad_file_specs(tmp_path: Path, tiny_flags: Callable[..., list[str]]) -> None:
     path = tmp_path / "broken_attn.py"
     path.write_text("import torch\nraise ValueError('bad plugin\\nmore')\n")
     for _ in range(2):  # a failed import leaves nothing half-initialized behind
@@ -310,7 +318,8 @@ def test_bad_file_specs(tmp_path: Path) -> None:
     assert "\n" not in str(err.value)
     with pytest.raises(PluginLoadError, match="not a subclass"):
         ATTENTION.get(f"{good}:ReLU2Options")
-    code, out = invoke(["run", "--task", "copy", "--attn", f"{path}:X", *TINY_RUN, "--out", str(tmp_path)])
+    code, out = invoke(["run", "--task", "copy", "--attn", f"{path}:X", *tiny_flags(PLUGIN_RUN),
+                        "--out", str(tmp_path)])
     assert code == 2 and out.count("\n") == 1 and out.startswith("error: cannot load")
     with pytest.raises(UnknownNameError):
         ATTENTION.get("no_such_backend")

@@ -3,19 +3,19 @@ uninterrupted run ends: same selected weights, same learning curve, same rows.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
-from test_harness import tiny_config  # tests/ is on sys.path
 
+from lengthgen.config import RunConfig
 from lengthgen.harness import resume
 from lengthgen.harness import run as run_module
-from lengthgen.harness.identity import run_columns
 from lengthgen.harness.resume import STATE_FILE
 from lengthgen.harness.run import build, execute
+from lengthgen.harness.storage.identity import run_columns
 from lengthgen.harness.tracking import Tracker
 from lengthgen.harness.train import TrainResult, train
 
@@ -54,8 +54,10 @@ def assert_same_training(got: tuple[TrainResult, dict], want: tuple[TrainResult,
 
 
 @pytest.mark.parametrize("attn", ["softmax", "asentmax"])
-def test_training_stopped_after_a_validation_resumes_bit_for_bit(attn, tmp_path):
-    config = tiny_config(attn, **SETTINGS)
+def test_training_stopped_after_a_validation_resumes_bit_for_bit(
+    attn, tmp_path, learning_config: Callable[..., RunConfig]
+):
+    config = learning_config(attn, **SETTINGS)
     state = tmp_path / STATE_FILE
     with pytest.raises(KeyboardInterrupt):  # stopped at the second validation, before its save
         trained(config, state, StopAt(stop=40))
@@ -65,20 +67,22 @@ def test_training_stopped_after_a_validation_resumes_bit_for_bit(attn, tmp_path)
     assert min(resumed.steps) > 20  # steps 1..20 were not trained again
 
 
-def test_a_state_of_another_config_is_not_resumed(tmp_path):
+def test_a_state_of_another_config_is_not_resumed(tmp_path, learning_config: Callable[..., RunConfig]):
     state = tmp_path / STATE_FILE
     with pytest.raises(KeyboardInterrupt):
-        trained(tiny_config("softmax", **SETTINGS), state, StopAt(stop=40))
-    other = tiny_config("softmax", **SETTINGS, **{"train.lr": 1e-3})
+        trained(learning_config("softmax", **SETTINGS), state, StopAt(stop=40))
+    other = learning_config("softmax", **SETTINGS, **{"train.lr": 1e-3})
     seen = StopAt()
     assert_same_training(trained(other, state, seen), trained(other))
     assert min(seen.steps) == 1
 
 
-def test_a_state_another_process_setup_made_is_not_resumed(tmp_path, monkeypatch):
+def test_a_state_another_process_setup_made_is_not_resumed(
+    tmp_path, monkeypatch, learning_config: Callable[..., RunConfig]
+):
     """Rows name the thread count, code and instruction sets that made them: a run trained partly
     under other ones would misstate them, so it starts over."""
-    config = tiny_config("softmax", **SETTINGS)
+    config = learning_config("softmax", **SETTINGS)
     state = tmp_path / STATE_FILE
     with pytest.raises(KeyboardInterrupt):
         trained(config, state, StopAt(stop=40))
@@ -89,7 +93,9 @@ def test_a_state_another_process_setup_made_is_not_resumed(tmp_path, monkeypatch
     assert min(seen.steps) == 1
 
 
-def test_a_failed_run_leaves_no_state_to_resume(tmp_path, monkeypatch):
+def test_a_failed_run_leaves_no_state_to_resume(
+    tmp_path, monkeypatch, learning_config: Callable[..., RunConfig]
+):
     """A run that fails after a validation (here its tracker, at step 40) starts over on a retry."""
 
     class FailsAt40(StopAt):
@@ -98,14 +104,16 @@ def test_a_failed_run_leaves_no_state_to_resume(tmp_path, monkeypatch):
                 raise RuntimeError("the tracker broke")
 
     monkeypatch.setattr(run_module, "open_tracker", lambda *args: FailsAt40())
-    config = tiny_config("softmax", **SETTINGS)
+    config = learning_config("softmax", **SETTINGS)
     frame = execute(config, tmp_path, progress=False)
     assert (frame["status"] == "failed").all() and "the tracker broke" in frame["error"].iloc[0]
     assert not (tmp_path / frame["run_id"].iloc[0] / STATE_FILE).exists()
 
 
-def test_a_run_killed_mid_training_resumes_in_its_folder_and_writes_the_same_rows(tmp_path, monkeypatch):
-    config = tiny_config("softmax", **SETTINGS)
+def test_a_run_killed_mid_training_resumes_in_its_folder_and_writes_the_same_rows(
+    tmp_path, monkeypatch, learning_config: Callable[..., RunConfig]
+):
+    config = learning_config("softmax", **SETTINGS)
     run_dir = tmp_path / "a" / run_columns(config)["run_id"]
     with pytest.raises(KeyboardInterrupt):  # what a killed `lengthgen run` leaves in its folder
         trained(config, run_dir / STATE_FILE, StopAt(stop=40))
@@ -128,7 +136,7 @@ def test_a_restore_stopped_mid_training_resumes_from_its_scratch_folder(tmp_path
     from typer.testing import CliRunner
 
     from lengthgen.cli import app
-    from lengthgen.harness.restore import SCRATCH_PREFIX, restore_run
+    from lengthgen.harness.recorded.restore import SCRATCH_PREFIX, restore_run
 
     sweep = tmp_path / "sweep"
     made = CliRunner().invoke(app, [

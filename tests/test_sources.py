@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hostile import result_folder  # tests/ is on sys.path
-from leaderboard_rows import ROWS, make_rows
 from typer.testing import CliRunner
 
 from lengthgen.attention import ATTENTION
 from lengthgen.cli import app
 from lengthgen.errors import UserNotice
 from lengthgen.leaderboard.sources import describe_folder, load_sources
+from tests.hostile import result_folder
+from tests.leaderboard_rows import ROWS, make_rows
 
 runner = CliRunner()
 

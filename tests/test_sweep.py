@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,12 @@ from lengthgen.sweeps import (
 
 runner = CliRunner()
 
-TINY = ["--steps", "2", "--max-factor", "2", "--eval-samples", "4", "--set", "train.batch_size=8",
-        "--set", "train.val_samples=8", "--set", "arch.d_model=32", "--set", "arch.d_ff=64", "--quiet"]
-TINY_OVERRIDES = {"train.batch_size": 8, "train.val_samples": 8, "arch.d_model": 32, "arch.d_ff": 64}
+#: The tiny run of these sweeps: two steps, evaluated at 1× and 2× on 4 samples.
+SWEEP_RUN = {"train.steps": 2, "eval.max_factor": 2, "eval.samples": 4}
+#: The fixtures' functions: a sweep in this process, one started in a subprocess, a grid's run keys.
+RunSweep = Callable[..., Any]
+StartSweep = Callable[..., subprocess.Popen[bytes]]
+SweepKeys = Callable[[str, str, str], set[str]]
 
 NAN_PLUGIN = textwrap.dedent(
     """
@@ -57,50 +61,72 @@ NAN_PLUGIN = textwrap.dedent(
 )
 
 
-def _keys(tasks: str, attns: str, seeds: str) -> set[str]:
-    spec = SweepSpec(tasks=tuple(tasks.split(",")), attns=tuple(attns.split(",")), seeds=parse_seeds(seeds),
-                     steps=2, max_factor=2, eval_samples=4, overrides=TINY_OVERRIDES)
-    return {run_key(c) for c in spec.configs()}
+@pytest.fixture
+def sweep_keys(tiny_settings: Callable[..., dict[str, Any]]) -> SweepKeys:
+    """``sweep_keys(tasks, attns, seeds)``: the run keys of the tiny sweep over that grid."""
+    model = tiny_settings({})
+
+    def keys(tasks: str, attns: str, seeds: str) -> set[str]:
+        spec = SweepSpec(tasks=tuple(tasks.split(",")), attns=tuple(attns.split(",")),
+                         seeds=parse_seeds(seeds), steps=2, max_factor=2, eval_samples=4, overrides=model)
+        return {run_key(c) for c in spec.configs()}
+
+    return keys
 
 
-def _sweep(out: Path, *args: str) -> object:
-    return runner.invoke(app, ["sweep", *args, *TINY, "--out", str(out)])
+@pytest.fixture
+def run_sweep(tiny_flags: Callable[..., list[str]]) -> RunSweep:
+    """``run_sweep(out, *args)``: the tiny sweep of ``args`` into ``out``, in this process."""
+
+    def sweep(out: Path, *args: str) -> Any:
+        return runner.invoke(app, ["sweep", *args, *tiny_flags(SWEEP_RUN), "--out", str(out)])
+
+    return sweep
 
 
-def _start_sweep(out: Path, grid: list[str], **popen: Any) -> subprocess.Popen[bytes]:
-    """A sweep in a subprocess, returned once its first run is recorded (it is still running)."""
-    cmd = [sys.executable, "-m", "lengthgen.cli", "sweep", *grid, *TINY, "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **popen)
-    deadline = time.monotonic() + 120
-    try:
-        while not list((out / "data").glob("*.parquet")):
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline, "no data file within 120 s"
-            time.sleep(0.02)
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    return proc
+@pytest.fixture
+def start_sweep(tiny_flags: Callable[..., list[str]]) -> StartSweep:
+    """``start_sweep(out, grid, **popen)``: the tiny sweep in a subprocess, returned once its first
+    run is recorded (it is still running)."""
+
+    def start(out: Path, grid: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-m", "lengthgen.cli", "sweep", *grid, *tiny_flags(SWEEP_RUN), "--out",
+               str(out)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **popen)
+        deadline = time.monotonic() + 120
+        try:
+            while not list((out / "data").glob("*.parquet")):
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+                assert time.monotonic() < deadline, "no data file within 120 s"
+                time.sleep(0.02)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        return proc
+
+    return start
 
 
 SWEEP_GRID = ["--task", "copy", "--attn", "softmax", "--seeds", "0-3"]
 
 
-def test_resume_after_sigkill(tmp_path: Path) -> None:
+def test_resume_after_sigkill(
+    tmp_path: Path, run_sweep: RunSweep, start_sweep: StartSweep, sweep_keys: SweepKeys
+) -> None:
     out = tmp_path / "sweep"
     grid = SWEEP_GRID
-    proc = _start_sweep(out, grid, start_new_session=True)
+    proc = start_sweep(out, grid, start_new_session=True)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    expected = _keys("copy", "softmax", "0-3")
+    expected = sweep_keys("copy", "softmax", "0-3")
     first = {p.stem for p in (out / "data").glob("*.parquet")}
     assert first and first < expected  # killed mid-sweep: some runs recorded, not all
     # A kill in the middle of a write leaves a dot-prefixed temp file: readers must ignore it.
     (out / "data" / ".copy-softmax-nape-s9-deadbeef.parquet.x1.tmp").write_bytes(b"PAR1 half a file")
 
-    result = _sweep(out, *grid)
+    result = run_sweep(out, *grid)
     assert result.exit_code == 0, result.output
     assert f"{len(expected) - len(first)} ok, 0 failed this time" in result.output
     files = sorted((out / "data").glob("*.parquet"))
@@ -110,12 +136,19 @@ def test_resume_after_sigkill(tmp_path: Path) -> None:
     assert rows.groupby("run_id")["factor"].apply(sorted).to_dict() == {k: [1, 2] for k in expected}
     assert not rows.duplicated(["run_id", "factor"]).any() and (rows["status"] == "ok").all()
 
-    again = _sweep(out, *grid)  # everything recorded: nothing runs
+    again = run_sweep(out, *grid)  # everything recorded: nothing runs
     assert again.exit_code == 0 and "0 ok, 0 failed this time; 4 already recorded" in again.output
 
 
 @pytest.mark.parametrize(("stop", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_ctrl_c_and_sigterm_stop_cleanly(tmp_path: Path, stop: signal.Signals, code: int) -> None:
+def test_ctrl_c_and_sigterm_stop_cleanly(
+    tmp_path: Path,
+    stop: signal.Signals,
+    code: int,
+    run_sweep: RunSweep,
+    start_sweep: StartSweep,
+    sweep_keys: SweepKeys,
+) -> None:
     """Ctrl-C and SIGTERM (kill, scancel) stop the sweep with a summary; a rerun finishes the grid."""
     out = tmp_path / "sweep"
     grid = SWEEP_GRID
@@ -123,7 +156,7 @@ def test_ctrl_c_and_sigterm_stop_cleanly(tmp_path: Path, stop: signal.Signals, c
     def default_sigint() -> None:  # a shell's background job would inherit SIGINT ignored
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    proc = _start_sweep(out, grid, preexec_fn=default_sigint)
+    proc = start_sweep(out, grid, preexec_fn=default_sigint)
     try:
         proc.send_signal(stop)
         _, stderr = proc.communicate(timeout=60)
@@ -134,25 +167,27 @@ def test_ctrl_c_and_sigterm_stop_cleanly(tmp_path: Path, stop: signal.Signals, c
     assert proc.returncode == code, message
     assert "interrupted:" in message and "run the same command again to resume" in message
     first = {p.stem for p in (out / "data").glob("*.parquet")}
-    expected = _keys("copy", "softmax", "0-3")
+    expected = sweep_keys("copy", "softmax", "0-3")
     assert first and first < expected
     assert all(run_state(data_path(out, key)) == "ok" for key in first)
 
-    result = _sweep(out, *grid)
+    result = run_sweep(out, *grid)
     assert result.exit_code == 0, result.output
     assert {p.stem for p in (out / "data").glob("*.parquet")} == expected
 
 
-def test_failures_recorded_skipped_and_retried(tmp_path: Path) -> None:
+def test_failures_recorded_skipped_and_retried(
+    tmp_path: Path, run_sweep: RunSweep, sweep_keys: SweepKeys
+) -> None:
     plugin = tmp_path / "nanattn.py"
     plugin.write_text(NAN_PLUGIN)
     spec = f"{plugin}:NaNAttention"
     out = tmp_path / "sweep"
     grid = ["--task", "copy", "--attn", f"{spec},softmax", "--seeds", "0"]
-    result = _sweep(out, *grid)
+    result = run_sweep(out, *grid)
     assert result.exit_code == 0, result.output
     assert "1 ok, 1 failed this time" in result.output
-    bad_key, good_key = sorted(_keys("copy", f"{spec},softmax", "0"), key=lambda k: "softmax" in k)
+    bad_key, good_key = sorted(sweep_keys("copy", f"{spec},softmax", "0"), key=lambda k: "softmax" in k)
     assert run_state(data_path(out, bad_key)) == "failed"
     assert run_state(data_path(out, good_key)) == "ok"
     bad = pd.read_parquet(data_path(out, bad_key))
@@ -160,11 +195,11 @@ def test_failures_recorded_skipped_and_retried(tmp_path: Path) -> None:
     assert (out / "runs" / bad_key / "error.txt").is_file()
 
     before = data_path(out, bad_key).stat().st_mtime_ns
-    skipped = _sweep(out, *grid)
+    skipped = run_sweep(out, *grid)
     assert "0 ok, 0 failed this time; 2 already recorded (1 failed" in skipped.output
     assert data_path(out, bad_key).stat().st_mtime_ns == before
 
-    retried = _sweep(out, *grid, "--retry-failed")
+    retried = run_sweep(out, *grid, "--retry-failed")
     assert retried.exit_code == 0 and "0 ok, 1 failed this time; 1 already recorded" in retried.output
     assert data_path(out, bad_key).stat().st_mtime_ns != before
     assert len(list((out / "data").glob("*.parquet"))) == 2
@@ -238,12 +273,12 @@ def test_grid_points_keep_the_ids_of_runs_made_without_a_grid() -> None:
         (preset_lr, 3, 0), (preset_lr, 3, 1), (preset_lr, 2, 0), (preset_lr, 2, 1)]
 
 
-def test_learning_rate_grid_end_to_end(tmp_path: Path) -> None:
+def test_learning_rate_grid_end_to_end(tmp_path: Path, run_sweep: RunSweep) -> None:
     """A two-value learning-rate grid: the leaderboard names the chosen setting and the runner-up,
     regenerates byte for byte, and its reproduce command rebuilds the grid (everything recorded)."""
     out = tmp_path / "sweep"
     grid = ["--task", "copy", "--attn", "softmax", "--seeds", "0,1", "--set", "train.lr=1e-3,4e-3"]
-    result = _sweep(out, *grid)
+    result = run_sweep(out, *grid)
     assert result.exit_code == 0, result.output
     assert "4 runs (1 tasks x 1 backends x 1 position schemes x 2 settings x 2 seeds)" in result.output
     rows = load_rows(out)
@@ -288,28 +323,29 @@ def test_seed_lists_shards_and_unreadable_data_files(tmp_path: Path) -> None:
     assert [run_key(c) for c in todo.todo] == [run_key(c) for c in configs] and not todo.done_ok
 
 
-def test_ray_launcher_on_local_instance(tmp_path: Path) -> None:
+def test_ray_launcher_on_local_instance(
+    tmp_path: Path, run_sweep: RunSweep, sweep_keys: SweepKeys
+) -> None:
     pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'lengthgen[ray]'")
     out = tmp_path / "sweep"
     grid = ["--task", "copy", "--attn", "softmax", "--seeds", "0,1"]
-    result = _sweep(out, *grid, "--launcher", "ray", "--jobs", "2")
+    result = run_sweep(out, *grid, "--launcher", "ray", "--jobs", "2")
     assert result.exit_code == 0, result.output
     assert "2 ok, 0 failed this time" in result.output
-    expected = _keys("copy", "softmax", "0,1")
+    expected = sweep_keys("copy", "softmax", "0,1")
     assert {p.stem for p in (out / "data").glob("*.parquet")} == expected
     assert all((out / "runs" / key / "model.pt").is_file() for key in expected)
     rows = load_rows(out)
     assert len(rows) == 4 and (rows["status"] == "ok").all()
     # The same dataset as the local launcher: a local rerun finds everything recorded.
-    local = _sweep(out, *grid)
+    local = run_sweep(out, *grid)
     assert "0 ok, 0 failed this time; 2 already recorded" in local.output
 
 
 def test_backend_options_of_a_sweep_and_their_reproduce_command() -> None:
     """``--attn-option`` sets the option in every config; the leaderboard's command says so again."""
-    from leaderboard_rows import make_rows
-
     from lengthgen.leaderboard.reproduce import sweep_commands
+    from tests.leaderboard_rows import make_rows
 
     spec = SweepSpec(tasks=("copy",), attns=("entmax", "asentmax"), seeds=(0, 1), steps=2,
                      attn_options={"alpha": 1.25})
@@ -338,9 +374,8 @@ def _runs_built_by(command: str) -> set[tuple[str, int]]:
     {("entmax", 0), ("entmax", 1), ("softmax", 1), ("ssmax", 2)},
 ])
 def test_reproduce_commands_build_exactly_the_recorded_runs(runs: set[tuple[str, int]]) -> None:
-    from leaderboard_rows import make_rows
-
     from lengthgen.leaderboard.reproduce import sweep_commands
+    from tests.leaderboard_rows import make_rows
 
     commands = sweep_commands(make_rows({run: [1.0] for run in runs}), "S")
     built = [_runs_built_by(command) for command in commands]

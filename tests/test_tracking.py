@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -17,24 +17,30 @@ from lengthgen.cli import app
 from lengthgen.harness import tracking
 
 runner = CliRunner()
-TINY = ["--task", "copy", "--attn", "softmax", "--steps", "12", "--set", "train.val_every=5",
-        "--max-factor", "2", "--train-length", "8", "--set", "arch.d_model=32", "--set", "arch.d_ff=64",
-        "--set", "train.batch_size=8", "--set", "train.val_samples=8", "--eval-samples", "8", "--quiet"]
+#: The run these tests log: 12 steps validated every 5, evaluated at 1× and 2× on 8 samples.
+TRACKED_RUN = {"train.steps": 12, "train.val_every": 5, "eval.max_factor": 2, "train.train_length": 8,
+               "eval.samples": 8}
 EVAL_TAGS = {f"eval/{name}" for name in tracking.EVAL_FIELDS}
 
 
-def run_with(tmp_path: Path, log: str) -> tuple[Path, pd.DataFrame]:
-    result = runner.invoke(app, ["run", *TINY, "--log", log, "--out", str(tmp_path)])
+@pytest.fixture
+def tracked(tiny_flags: Callable[..., list[str]]) -> list[str]:
+    """The tracked run's flags: copy with softmax, ``TRACKED_RUN`` on the tiny model."""
+    return ["--task", "copy", "--attn", "softmax", *tiny_flags(TRACKED_RUN)]
+
+
+def run_with(tmp_path: Path, log: str, tracked: list[str]) -> tuple[Path, pd.DataFrame]:
+    result = runner.invoke(app, ["run", *tracked, "--log", log, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     return run_dir, pd.read_parquet(run_dir / "results.parquet")
 
 
-def test_tensorboard_log_reads_back(tmp_path: Path) -> None:
+def test_tensorboard_log_reads_back(tmp_path: Path, tracked: list[str]) -> None:
     pytest.importorskip("tensorboard", reason="optional extra: pip install 'lengthgen[track]'")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_dir, rows = run_with(tmp_path, "tensorboard")
+    run_dir, rows = run_with(tmp_path, "tensorboard", tracked)
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     assert {"train/loss", "train/lr", "val/exact_match"} | EVAL_TAGS <= set(events.Tags()["scalars"])
@@ -71,13 +77,15 @@ def wandb_records(path: Path) -> Iterator[bytes]:
             pending = b""
 
 
-def test_wandb_offline_run_holds_the_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wandb_offline_run_holds_the_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracked: list[str]
+) -> None:
     pytest.importorskip("wandb", reason="optional extra: pip install 'lengthgen[track]'")
     from wandb.proto import wandb_internal_pb2
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run_dir, rows = run_with(tmp_path, "wandb")
+    run_dir, rows = run_with(tmp_path, "wandb", tracked)
     (run_file,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
     history = []
     for raw in wandb_records(run_file):
@@ -96,11 +104,11 @@ def test_wandb_offline_run_holds_the_metrics(tmp_path: Path, monkeypatch: pytest
         assert [h[f"eval/{name}"] for h in evaluated] == pytest.approx(list(rows[name]), rel=1e-9)
 
 
-def test_eval_logs_a_variant_under_its_own_prefix(tmp_path: Path) -> None:
+def test_eval_logs_a_variant_under_its_own_prefix(tmp_path: Path, tracked: list[str]) -> None:
     pytest.importorskip("tensorboard", reason="optional extra: pip install 'lengthgen[track]'")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    flip_flop = [a if a != "copy" else "flip_flop" for a in TINY]
+    flip_flop = [a if a != "copy" else "flip_flop" for a in tracked]
     result = runner.invoke(app, ["run", *flip_flop, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     (run_dir,) = list(tmp_path.iterdir())
@@ -114,11 +122,11 @@ def test_eval_logs_a_variant_under_its_own_prefix(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["tensorboard", "wandb"])
 def test_a_missing_package_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           name: str) -> None:
+                                           name: str, tracked: list[str]) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(tracking.importlib.util, "find_spec",
                         lambda package, *a: None if package == name else real(package, *a))
-    for command in (["run", *TINY], ["sweep", *TINY]):
+    for command in (["run", *tracked], ["sweep", *tracked]):
         result = runner.invoke(app, [*command, "--log", name, "--out", str(tmp_path / "out")])
         assert result.exit_code == 2, result.output
         assert result.stderr.strip() == (f"error: --log {name} needs the {name} package: "

@@ -301,6 +301,22 @@ def test_rejects_bad_arguments(monkeypatch):
             triton_entmax_attention(q, k, v)
 
 
+def test_the_engine_runs_the_launcher_on_the_values_it_checked(monkeypatch):
+    """The engine validated the call and α per head; its Triton path goes to the launcher without
+    the public wrapper's checks, and gives the wrapper's numbers bit for bit."""
+    q, k, v = make_qkv(1, 2, 24, 16)
+    alpha, slopes = torch.tensor([1.5, 1.25]), torch.tensor([0.0, 0.25])
+    with torch.no_grad():
+        direct = triton_entmax_attention(q, k, v, alpha, True, slopes)
+
+        def checked_again(*args, **kwargs):
+            raise AssertionError("the engine's path checked its arguments again")
+
+        monkeypatch.setattr(te, "_checked_arguments", checked_again)
+        through_engine = entmax_attention(q, k, v, alpha, True, slopes, impl="triton")
+    assert torch.equal(direct, through_engine)
+
+
 def test_missing_triton_is_a_clear_runtime_error(monkeypatch):
     monkeypatch.setattr(te, "_kernels", None)
     monkeypatch.setitem(sys.modules, "lengthgen.kernels.triton.entmax_kernels", None)

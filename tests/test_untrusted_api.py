@@ -14,7 +14,7 @@ import pytest
 
 import lengthgen
 from lengthgen.errors import UserError
-from lengthgen.harness.results import write_parquet_atomic
+from lengthgen.harness.storage.results import write_parquet_atomic
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +119,7 @@ def test_an_out_path_that_is_not_utf8(tmp_path: Path) -> None:
 
 
 def test_an_about_file_that_is_not_utf8(tmp_path: Path) -> None:
-    from leaderboard_rows import make_rows
+    from tests.leaderboard_rows import make_rows
 
     write_parquet_atomic(make_rows({("softmax", 0): [1.0, 0.5]}), tmp_path / "main" / "data" / "r.parquet")
     ablation = tmp_path / "abl" / "one"

@@ -10,36 +10,38 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hostile import TINY, payload_plugin  # tests/ is on sys.path
 
 from lengthgen import limits, provenance
 from lengthgen.errors import UserError
 from lengthgen.plans.plan import ablations_dir, load_plan
+from tests.hostile import payload_plugin
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
-SETTINGS = "{ " + ", ".join(f'"{k}" = {v}' for k, v in TINY.items()) + " }"
 
 
-def plan_text(head: str = "", sweep: str = "") -> str:
-    """A valid plan of one tiny run, with ``head`` before its sweep and ``sweep`` inside it."""
-    return (f"{head}\n[[sweep]]\nname = \"tiny\"\ntask = [\"copy\"]\nattn = [\"softmax\"]\nset = {SETTINGS}\n"
-            f"{sweep}\n")
+@pytest.fixture
+def plan_text(tiny_settings: Callable[..., dict[str, Any]]) -> Callable[..., str]:
+    """``plan_text(head="", sweep="")``: a valid plan of one tiny run, with ``head`` before its
+    sweep and ``sweep`` inside it."""
+    settings = "{ " + ", ".join(f'"{k}" = {v}' for k, v in tiny_settings().items()) + " }"
+
+    def text(head: str = "", sweep: str = "") -> str:
+        return (f"{head}\n[[sweep]]\nname = \"tiny\"\ntask = [\"copy\"]\nattn = [\"softmax\"]\n"
+                f"set = {settings}\n{sweep}\n")
+
+    return text
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """The command in a fresh Python (a sitecustomize.py or LD_PRELOAD acts at start-up)."""
     return subprocess.run([sys.executable, "-m", "lengthgen.cli", *args], capture_output=True, text=True,
                           env=ENV, timeout=timeout, cwd=REPO)
-
-
-def one_line(done: subprocess.CompletedProcess[str], expected: str) -> None:
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2, done.stderr
-    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
 
 
 def preload_library(folder: Path, marker: Path) -> Path | None:
@@ -63,8 +65,9 @@ def preload_library(folder: Path, marker: Path) -> Path | None:
 # -- 1: a numerics pin that would load code ---------------------------------------------------------
 @pytest.mark.parametrize("flags", [("--jobs", "2"), ("--dry-run",), ("--launcher", "ray")],
                          ids=["jobs-2", "dry-run", "ray"])
-def test_a_plan_pinning_pythonpath_never_runs_its_sitecustomize(tmp_path: Path,
-                                                                 flags: tuple[str, ...]) -> None:
+def test_a_plan_pinning_pythonpath_never_runs_its_sitecustomize(
+    tmp_path: Path, flags: tuple[str, ...], plan_text: Callable[..., str], one_line_error: Callable[..., None]
+) -> None:
     marker = tmp_path / "sitecustomize-ran"
     evil = tmp_path / "evil"
     evil.mkdir()
@@ -74,12 +77,14 @@ def test_a_plan_pinning_pythonpath_never_runs_its_sitecustomize(tmp_path: Path,
     done = cli("sweep", "--plan", str(plan), "--out", str(tmp_path / "out"), *flags, "--quiet")
     expected = ("'PYTHONPATH' is not a numerics pin; a plan may set only ATEN_CPU_CAPABILITY, "
                 "MKL_ENABLE_INSTRUCTIONS" if flags[0] != "--launcher" else "drop --launcher")
-    one_line(done, expected)
+    one_line_error(done, expected)
     assert not marker.exists() and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("flags", [("--jobs", "2"), ("--dry-run",)], ids=["jobs-2", "dry-run"])
-def test_a_plan_pinning_ld_preload_never_loads_the_library(tmp_path: Path, flags: tuple[str, ...]) -> None:
+def test_a_plan_pinning_ld_preload_never_loads_the_library(
+    tmp_path: Path, flags: tuple[str, ...], plan_text: Callable[..., str], one_line_error: Callable[..., None]
+) -> None:
     marker = tmp_path / "library-loaded"
     library = preload_library(tmp_path, marker)
     if library is None:
@@ -90,11 +95,13 @@ def test_a_plan_pinning_ld_preload_never_loads_the_library(tmp_path: Path, flags
     plan = tmp_path / "evil.toml"
     plan.write_text(plan_text(f'numerics = {{ LD_PRELOAD = "{library}" }}'))
     done = cli("sweep", "--plan", str(plan), "--out", str(tmp_path / "out"), *flags, "--quiet")
-    one_line(done, "'LD_PRELOAD' is not a numerics pin")
+    one_line_error(done, "'LD_PRELOAD' is not a numerics pin")
     assert not marker.exists() and not (tmp_path / "out").exists()
 
 
-def test_a_plan_naming_a_plugin_file_never_imports_it(tmp_path: Path) -> None:
+def test_a_plan_naming_a_plugin_file_never_imports_it(
+    tmp_path: Path, plan_text: Callable[..., str], one_line_error: Callable[..., None]
+) -> None:
     """Before: ``attn = ["payload.py:Payload"]`` in a plan ran the file, even with --dry-run."""
     marker = tmp_path / "payload-ran"
     spec = payload_plugin(tmp_path, marker)
@@ -104,39 +111,46 @@ def test_a_plan_naming_a_plugin_file_never_imports_it(tmp_path: Path) -> None:
                                             f'{field} = ["{spec}"]'))
         for flags in (("--dry-run",), ()):
             done = cli("sweep", "--plan", str(plan), "--out", str(tmp_path / "out"), *flags, "--quiet")
-            one_line(done, "is not a plain name")
+            one_line_error(done, "is not a plain name")
             assert not marker.exists() and not (tmp_path / "out").exists()
 
 
 # -- every other field --------------------------------------------------------------------------------
-BAD_FIELDS = {
-    "a seed as text": (plan_text(sweep='seeds = ["0"]'), "seeds.0: Input should be a valid integer"),
-    "a negative seed": (plan_text(sweep="seeds = [-1]"), "greater than or equal to 0"),
-    "too many seeds": (plan_text(sweep=f"seeds = {list(range(limits.MAX_SEEDS + 1))}"),
+#: Each case: (the plan's text, made from the valid one, and the message it gets).
+BAD_FIELDS: dict[str, tuple[Callable[[Callable[..., str]], str], str]] = {
+    "a seed as text": (lambda text: text(sweep='seeds = ["0"]'), "seeds.0: Input should be a valid integer"),
+    "a negative seed": (lambda text: text(sweep="seeds = [-1]"), "greater than or equal to 0"),
+    "too many seeds": (lambda text: text(sweep=f"seeds = {list(range(limits.MAX_SEEDS + 1))}"),
                        "at most 10000 items"),
-    "too many runs": (plan_text(sweep=f"seeds = {list(range(100))}\ngrid = {{ \"train.lr\" = "
+    "too many runs": (lambda text: text(sweep=f"seeds = {list(range(100))}\ngrid = {{ \"train.lr\" = "
                                       f"{[1e-3 + i * 1e-6 for i in range(1001)]} }}"),
                       "the plan makes 100,100 runs, over the limit of 100,000"),
-    "an odd screening factor": (plan_text(sweep='grid = { "train.lr" = [1e-3, 2e-3] }\n'
+    "an odd screening factor": (lambda text: text(sweep='grid = { "train.lr" = [1e-3, 2e-3] }\n'
                                                  'screen = { max_factor = 3 }'),
                                 "must be a power of two, got 3"),
-    "a sweep name with a slash": (plan_text().replace('name = "tiny"', 'name = "../x"'),
+    "a sweep name with a slash": (lambda text: text().replace('name = "tiny"', 'name = "../x"'),
                                   "is not a plain name"),
-    "a title of two lines": (plan_text('title = "board\\n# injected"'), "holds a control character"),
-    "a long hardware note": (plan_text(f'hardware = "{"x" * 5000}"'), "is 5,000 characters long"),
-    "ablations outside": (plan_text('ablations = "../elsewhere"'),
+    "a title of two lines": (lambda text: text('title = "board\\n# injected"'), "holds a control character"),
+    "a long hardware note": (lambda text: text(f'hardware = "{"x" * 5000}"'), "is 5,000 characters long"),
+    "ablations outside": (lambda text: text('ablations = "../elsewhere"'),
                           "is not a folder inside the plan's folder"),
-    "ablations absolute": (plan_text('ablations = "/etc"'), "is not a folder inside the plan's folder"),
-    "deep nesting": (plan_text(f"x = {'[' * 100_000}"), "nests lists or tables deeper than 32 levels"),
-    "a 2 MB plan": (plan_text(f"# {'x' * 2_000_000}"), "over the limit of 1,048,576 for a text file"),
-    "nesting just past the limit": (plan_text(sweep=f'param = {{ deep = {"[" * 40 + "]" * 40} }}'),
+    "ablations absolute": (lambda text: text('ablations = "/etc"'),
+                           "is not a folder inside the plan's folder"),
+    "deep nesting": (lambda text: text(f"x = {'[' * 100_000}"),
+                     "nests lists or tables deeper than 32 levels"),
+    "a 2 MB plan": (lambda text: text(f"# {'x' * 2_000_000}"),
+                    "over the limit of 1,048,576 for a text file"),
+    "nesting just past the limit": (lambda text: text(sweep=f'param = {{ deep = {"[" * 40 + "]" * 40} }}'),
                                     "nests lists or tables deeper than 32 levels"),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD_FIELDS))
-def test_each_plan_field_is_checked_in_one_line(tmp_path: Path, case: str) -> None:
-    text, expected = BAD_FIELDS[case]
+def test_each_plan_field_is_checked_in_one_line(
+    tmp_path: Path, case: str, plan_text: Callable[..., str]
+) -> None:
+    make, expected = BAD_FIELDS[case]
+    text = make(plan_text)
     plan = tmp_path / "plan.toml"
     plan.write_text(text, encoding="utf-8")
     with pytest.raises(UserError, match=None) as caught:
@@ -145,7 +159,9 @@ def test_each_plan_field_is_checked_in_one_line(tmp_path: Path, case: str) -> No
     assert expected in message and "\n" not in message and len(message) < 1000, message
 
 
-def test_ablations_through_a_link_out_of_the_plans_folder_are_refused(tmp_path: Path) -> None:
+def test_ablations_through_a_link_out_of_the_plans_folder_are_refused(
+    tmp_path: Path, plan_text: Callable[..., str]
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     folder = tmp_path / "board"
@@ -160,11 +176,13 @@ def test_ablations_through_a_link_out_of_the_plans_folder_are_refused(tmp_path: 
     assert ablations_dir(load_plan(plan), plan) == folder / "ablations"
 
 
-def test_a_fifo_as_the_plan_is_refused_without_waiting(tmp_path: Path) -> None:
+def test_a_fifo_as_the_plan_is_refused_without_waiting(
+    tmp_path: Path, one_line_error: Callable[..., None]
+) -> None:
     fifo = tmp_path / "plan.toml"
     os.mkfifo(fifo)
     done = cli("sweep", "--plan", str(fifo), "--out", str(tmp_path / "out"), "--dry-run", timeout=60)
-    one_line(done, "is not a regular file")
+    one_line_error(done, "is not a regular file")
 
 
 def test_the_provenance_git_call_ignores_inherited_git_settings(tmp_path: Path,
@@ -187,10 +205,9 @@ def test_the_provenance_git_call_ignores_inherited_git_settings(tmp_path: Path,
 
 
 def test_an_ablation_whose_about_is_a_link_is_refused(tmp_path: Path) -> None:
-    from leaderboard_rows import make_rows
-
-    from lengthgen.harness.results import write_parquet_atomic
+    from lengthgen.harness.storage.results import write_parquet_atomic
     from lengthgen.leaderboard.ablations import load_ablations
+    from tests.leaderboard_rows import make_rows
 
     secret = tmp_path / "secret.md"
     secret.write_text("# TOP SECRET\n\nnot for the page\n", encoding="utf-8")

@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hostile import FORMULAS, SCRIPT, TRAVERSAL, relabel  # tests/ is on sys.path
-from leaderboard_rows import ROWS, make_rows
 from typer.testing import CliRunner
 
 from lengthgen import files
 from lengthgen.cli import app
 from lengthgen.errors import UserNotice
-from lengthgen.harness.results import load_results, read_results_file, write_parquet_atomic
-from lengthgen.harness.schema import row_problem
+from lengthgen.harness.storage.results import load_results, read_results_file, write_parquet_atomic
+from lengthgen.harness.storage.schema import row_problem
 from lengthgen.leaderboard import write_leaderboard
 from lengthgen.leaderboard.safe import neutralise, slug
+from tests.hostile import FORMULAS, SCRIPT, TRAVERSAL, relabel
+from tests.leaderboard_rows import ROWS, make_rows
 
 runner = CliRunner()
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}

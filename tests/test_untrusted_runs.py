@@ -12,37 +12,30 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
-from hostile import TINY, payload_plugin, tiny_config  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
 from lengthgen.config import RunConfig
 from lengthgen.errors import UserNotice
-from lengthgen.harness import reevaluate
 from lengthgen.harness import run as harness_run
-from lengthgen.harness.identity import run_key
 from lengthgen.harness.run import config_text, execute, save_training_rows
-from lengthgen.harness.store import run_lock, save_rows
+from lengthgen.harness.storage.identity import run_key
+from lengthgen.harness.storage.store import run_lock, save_rows
 from lengthgen.kernels.engine import attend
 from lengthgen.kernels.normalizers import Custom
 from lengthgen.model import Transformer
 from lengthgen.tasks import get_task
+from tests.hostile import payload_plugin
 
 runner = CliRunner()
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
 REPO = Path(__file__).resolve().parents[1]
-
-
-def one_line_exit_2(result: object, expected: str) -> None:
-    lines = result.stderr.strip().splitlines()  # type: ignore[attr-defined]
-    assert result.exit_code == 2, result.output  # type: ignore[attr-defined]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -56,7 +49,7 @@ def evaluate(*args: str) -> object:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def trained(tmp_path_factory: pytest.TempPathFactory, tiny_config: Callable[..., RunConfig]) -> Path:
     """One tiny trained run (copy, softmax, evaluated at 1x and 2x); tests tamper with copies."""
     out = tmp_path_factory.mktemp("trained")
     frame = execute(tiny_config(), out, progress=False)
@@ -79,7 +72,9 @@ def one_thread() -> Iterator[None]:
 
 
 # -- row 4: a config that names a payload file never executes it ---------------------------------
-def test_a_config_naming_a_payload_file_never_executes_it(tmp_path: Path) -> None:
+def test_a_config_naming_a_payload_file_never_executes_it(
+    tmp_path: Path, tiny_config: Callable[..., RunConfig]
+) -> None:
     marker = tmp_path / "payload-ran"
     spec = payload_plugin(tmp_path, marker)
     frame = execute(tiny_config(attn=spec), tmp_path / "runs", progress=False)  # the author's machine
@@ -103,7 +98,9 @@ def test_a_config_naming_a_payload_file_never_executes_it(tmp_path: Path) -> Non
 
 
 # -- third round, 5: every command that loads a run folder goes through the same gate ---------------
-def test_every_command_that_takes_a_run_folder_never_imports_its_payload(tmp_path: Path) -> None:
+def test_every_command_that_takes_a_run_folder_never_imports_its_payload(
+    tmp_path: Path, tiny_config: Callable[..., RunConfig]
+) -> None:
     """Before: ``positions`` and ``heads`` imported the plugin a folder's config names (``eval``
     refused it)."""
     marker = tmp_path / "payload-ran"
@@ -158,25 +155,29 @@ def test_a_lock_file_that_is_a_link_is_not_followed(run_dir: Path, tmp_path: Pat
     assert "error: " in result.stderr and ".lock" in result.stderr
 
 
-def test_a_config_behind_a_link_is_refused(run_dir: Path, tmp_path: Path) -> None:
+def test_a_config_behind_a_link_is_refused(
+    run_dir: Path, tmp_path: Path, one_line_error: Callable[..., None]
+) -> None:
     elsewhere = tmp_path / "config-elsewhere.json"
     (run_dir / "config.json").rename(elsewhere)
     (run_dir / "config.json").symlink_to(elsewhere)
     for args in (["eval", str(run_dir)], ["positions", str(run_dir), "--samples", "2"]):
-        one_line_exit_2(runner.invoke(app, args), "config.json is a symbolic link")
+        one_line_error(runner.invoke(app, args), "config.json is a symbolic link")
 
 
-def test_positions_takes_a_power_of_two(run_dir: Path) -> None:
+def test_positions_takes_a_power_of_two(run_dir: Path, one_line_error: Callable[..., None]) -> None:
     result = runner.invoke(app, ["positions", str(run_dir), "--factor", "3", "--samples", "2"])
-    one_line_exit_2(result, "factor must be a power of two (1, 2, 4, …), got 3")
+    one_line_error(result, "factor must be a power of two (1, 2, 4, …), got 3")
 
 
 @pytest.mark.parametrize("text", ["[" * 100_000, '{"a": ' * 50 + "1" + "}" * 50])
-def test_a_deeply_nested_config_is_one_line_and_a_sweep_skips_it(run_dir: Path, text: str) -> None:
+def test_a_deeply_nested_config_is_one_line_and_a_sweep_skips_it(
+    run_dir: Path, text: str, one_line_error: Callable[..., None]
+) -> None:
     (run_dir / "config.json").write_text(text)
-    one_line_exit_2(evaluate(str(run_dir)), "nests lists or tables deeper than 32 levels")
+    one_line_error(evaluate(str(run_dir)), "nests lists or tables deeper than 32 levels")
     for command in ("positions", "heads"):
-        one_line_exit_2(runner.invoke(app, [command, str(run_dir), "--samples", "2"]), "deeper than 32")
+        one_line_error(runner.invoke(app, [command, str(run_dir), "--samples", "2"]), "deeper than 32")
     sweep = run_dir.parent / "sweep"
     (sweep / "runs").mkdir(parents=True)
     run_dir.rename(sweep / "runs" / run_dir.name)
@@ -195,42 +196,44 @@ EDITS = {
 
 
 @pytest.mark.parametrize("edit", list(EDITS))
-def test_an_edited_config_is_refused(run_dir: Path, edit: str) -> None:
+def test_an_edited_config_is_refused(run_dir: Path, edit: str, one_line_error: Callable[..., None]) -> None:
     path = run_dir / "config.json"
     path.write_text(json.dumps(EDITS[edit](json.loads(path.read_text())), indent=2))
     before = (run_dir / "results.parquet").read_bytes()
-    one_line_exit_2(evaluate(str(run_dir), "--max-factor", "4"), "was edited, or the folder renamed")
+    one_line_error(evaluate(str(run_dir), "--max-factor", "4"), "was edited, or the folder renamed")
     assert (run_dir / "results.parquet").read_bytes() == before
 
 
-def test_results_of_another_run_are_refused(run_dir: Path) -> None:
+def test_results_of_another_run_are_refused(run_dir: Path, one_line_error: Callable[..., None]) -> None:
     rows = pd.read_parquet(run_dir / "results.parquet").assign(run_id="zzz")
     rows.to_parquet(run_dir / "results.parquet")
-    one_line_exit_2(evaluate(str(run_dir), "--max-factor", "4"), "holds rows of run 'zzz'")
+    one_line_error(evaluate(str(run_dir), "--max-factor", "4"), "holds rows of run 'zzz'")
     assert set(pd.read_parquet(run_dir / "results.parquet")["run_id"]) == {"zzz"}  # untouched
 
 
 # -- row 7: weights must fit the config ------------------------------------------------------------
-def test_weights_of_other_shapes_are_refused(run_dir: Path) -> None:
+def test_weights_of_other_shapes_are_refused(
+    run_dir: Path, tiny_config: Callable[..., RunConfig], one_line_error: Callable[..., None]
+) -> None:
     saved = torch.load(run_dir / "model.pt", weights_only=True)
     vocab = get_task("copy").vocab.size
     wider = Transformer(tiny_config(**{"arch.d_model": 64}).model(vocab), seed=0).state_dict()
     assert set(wider) == set(saved["state_dict"])  # the same names: only the shapes differ
     torch.save({**saved, "state_dict": wider}, run_dir / "model.pt")
-    one_line_exit_2(evaluate(str(run_dir), "--max-factor", "4"), "has shape")
+    one_line_error(evaluate(str(run_dir), "--max-factor", "4"), "has shape")
     torch.save({**saved, "state_dict": {k: 1 for k in saved["state_dict"]}}, run_dir / "model.pt")
-    one_line_exit_2(evaluate(str(run_dir), "--max-factor", "4"), "is a int, not a tensor")
+    one_line_error(evaluate(str(run_dir), "--max-factor", "4"), "is a int, not a tensor")
     other = tiny_config(**{"train.lr": 5e-4}).model_dump(mode="json")
     torch.save({**saved, "config": other}, run_dir / "model.pt")
-    one_line_exit_2(evaluate(str(run_dir), "--max-factor", "4"), "was saved for another config")
+    one_line_error(evaluate(str(run_dir), "--max-factor", "4"), "was saved for another config")
 
 
 # -- row 8: one broken run of a sweep does not stop the others -------------------------------------
-def test_a_broken_run_of_a_sweep_is_skipped(tmp_path: Path) -> None:
+def test_a_broken_run_of_a_sweep_is_skipped(
+    tmp_path: Path, one_line_error: Callable[..., None], tiny_flags: Callable[..., list[str]]
+) -> None:
     sweep = tmp_path / "sweep"
-    flags = ["--steps", "4", "--max-factor", "2", "--train-length", "6", "--eval-samples", "4",
-             *[f for k, v in TINY.items() if k.startswith("arch.") for f in ("--set", f"{k}={v}")],
-             "--set", "train.batch_size=8", "--set", "train.val_samples=8", "--quiet"]
+    flags = tiny_flags({"train.steps": 4, "eval.max_factor": 2, "train.train_length": 6, "eval.samples": 4})
     made = runner.invoke(app, ["sweep", "--task", "copy", "--attn", "softmax", "--seeds", "0,1,2", *flags,
                                "--out", str(sweep)])
     assert made.exit_code == 0, made.output
@@ -246,11 +249,11 @@ def test_a_broken_run_of_a_sweep_is_skipped(tmp_path: Path) -> None:
         assert sorted(pd.read_parquet(run / "results.parquet")["factor"]) == [1, 2, 4]
         assert sorted(pd.read_parquet(sweep / "data" / f"{run.name}.parquet")["factor"]) == [1, 2, 4]
     assert sorted(pd.read_parquet(runs[0] / "results.parquet")["factor"]) == [1, 2]
-    one_line_exit_2(evaluate(str(sweep), "--max-factor", "6"), "power of two")  # a bad setting: one line
+    one_line_error(evaluate(str(sweep), "--max-factor", "6"), "power of two")  # a bad setting: one line
     for run in runs:  # nothing usable left: exit 2
         (run / "model.pt").unlink()
     with pytest.warns(UserNotice):
-        one_line_exit_2(evaluate(str(sweep), "--max-factor", "8"), "no trained runs under")
+        one_line_error(evaluate(str(sweep), "--max-factor", "8"), "no trained runs under")
 
 
 # -- row 9: writers of one run's rows merge under its lock ----------------------------------------
@@ -285,8 +288,9 @@ def test_eval_waits_for_the_run_lock_and_merges(run_dir: Path) -> None:
 
 
 # -- row 10: Ctrl-C keeps the lengths done --------------------------------------------------------
-def interrupt_on_call(module: object, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    real, calls = module.evaluate_length, {"n": 0}  # type: ignore[attr-defined]
+def interrupt_on_call(n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C at the n-th length evaluated (the one loop over lengths of ``run`` and ``eval``)."""
+    real, calls = harness_run.evaluate_length, {"n": 0}
 
     def evaluate_length(*args: object, **kwargs: object) -> object:
         calls["n"] += 1
@@ -294,11 +298,11 @@ def interrupt_on_call(module: object, n: int, monkeypatch: pytest.MonkeyPatch) -
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(module, "evaluate_length", evaluate_length)
+    monkeypatch.setattr(harness_run, "evaluate_length", evaluate_length)
 
 
 def test_ctrl_c_during_eval_keeps_the_lengths_done(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    interrupt_on_call(reevaluate, 2, monkeypatch)
+    interrupt_on_call(2, monkeypatch)
     result = evaluate(str(run_dir), "--max-factor", "8")
     assert result.exit_code == 130 and "interrupted: the rows of the lengths evaluated so far are saved" \
         in result.stderr
@@ -321,8 +325,10 @@ def test_sigterm_during_eval_keeps_the_lengths_done(run_dir: Path) -> None:
     assert factors[:3] == [1, 2, 4] and factors != [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 
-def test_ctrl_c_during_a_run_keeps_the_lengths_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    interrupt_on_call(harness_run, 3, monkeypatch)
+def test_ctrl_c_during_a_run_keeps_the_lengths_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_config: Callable[..., RunConfig]
+) -> None:
+    interrupt_on_call(3, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         execute(tiny_config(**{"eval.max_factor": 4}), tmp_path, progress=False)
     (run,) = tmp_path.iterdir()
@@ -394,16 +400,18 @@ def test_the_seam_refuses_weights_that_are_not_probabilities(weights: object, me
     assert attend(q, k, v, Custom(lambda s: torch.softmax(s, -1)))[0].shape == (1, 2, 8, 4)
 
 
-def test_non_utf8_config_is_one_line(run_dir: Path) -> None:
+def test_non_utf8_config_is_one_line(
+    run_dir: Path, tiny_config: Callable[..., RunConfig], one_line_error: Callable[..., None]
+) -> None:
     (run_dir / "config.json").write_bytes(config_text(tiny_config()).encode("latin-1") + b"\xff")
-    one_line_exit_2(evaluate(str(run_dir)), "config.json is not UTF-8 text (byte 0xff")
+    one_line_error(evaluate(str(run_dir)), "config.json is not UTF-8 text (byte 0xff")
 
 
 def test_rows_eval_writes_pass_the_reader(run_dir: Path) -> None:
     """The rows lengthgen writes always pass its own checks (no warning when read back)."""
     import warnings
 
-    from lengthgen.harness.results import read_results_file
+    from lengthgen.harness.storage.results import read_results_file
 
     assert evaluate(str(run_dir), "--max-factor", "4").exit_code == 0
     with warnings.catch_warnings():

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hostile import SCRIPT, forged, relabel, result_folder  # tests/ is on sys.path
-from leaderboard_rows import ROWS, make_rows
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
 from lengthgen.errors import UserNotice
 from lengthgen.leaderboard import PROTOCOL_LABEL
 from lengthgen.leaderboard.sources import COMPARED, load_sources
+from tests.hostile import SCRIPT, forged, relabel, result_folder
+from tests.leaderboard_rows import ROWS, make_rows
 
 runner = CliRunner()
 VAL = {**{("asentmax", s): (1.0, 0.9 - 0.1 * s) for s in range(3)},

@@ -9,25 +9,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from hostile import forged, relabel, tiny_sweep  # tests/ is on sys.path
 from typer.testing import CliRunner
 
 from lengthgen.cli import app
-from lengthgen.harness import verify
-from lengthgen.harness.results import load_results, write_parquet_atomic
+from lengthgen.harness.recorded import verify
+from lengthgen.harness.storage.results import load_results, write_parquet_atomic
 from lengthgen.leaderboard.verified import coverage, verification_line
 from lengthgen.plans.plan import board_run_ids, load_plan, survey
+from tests.hostile import forged, relabel
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def published(tmp_path_factory: pytest.TempPathFactory, tiny_sweep: Callable[[Path], Path]) -> Path:
     """A sweep of two tiny runs (flip_flop, softmax and entmax, 1× and 2×)."""
     return tiny_sweep(tmp_path_factory.mktemp("published") / "sweep")
 

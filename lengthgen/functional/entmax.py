@@ -125,9 +125,8 @@ def _solve(
     """Shared forward: (x, τ, m, keep, α if scalar, per-row α) with rows on the last dim.
 
     x = (α−1)(z − max) floored at −2 (masked entries too), τ relative to x, m the row max in z'
-    units, keep = valid entries of rows with at least one valid entry.
+    units, keep = valid entries of rows with at least one valid entry. α is checked by the caller.
     """
-    check_alpha(alpha)
     cd = compute_dtype(z.dtype)
     x = z.detach().to(cd).movedim(dim, -1)
     x = torch.nan_to_num(x, nan=float("-inf"), posinf=torch.finfo(cd).max / 4, neginf=float("-inf"))
@@ -159,15 +158,18 @@ def _solve(
 
 
 def entmax_forward(
-    z: torch.Tensor, alpha: AlphaLike = 1.5, dim: int = -1, *, scaled: bool = False
+    z: torch.Tensor, alpha: AlphaLike = 1.5, dim: int = -1, *, scaled: bool = False, checked: bool = False
 ) -> torch.Tensor:
     """α-entmax probabilities without autograd, in the compute dtype (fp32, or fp64 for fp64 input).
 
     ``scaled=True`` means z already holds (α−1)·scores (the kernels work in that unit).
+    ``checked=True``: the caller has checked α (the attention engine, once per call, for the
+    kernels it hands α to); else it is checked here.
     """
+    if not checked:
+        check_alpha(alpha)
     dim = dim % z.dim() if z.dim() else 0
     if z.shape[dim] == 0:
-        check_alpha(alpha)
         return z.detach().to(compute_dtype(z.dtype))
     x, tau, _, keep, a_scalar, a_rows = _solve(z, alpha, dim, scaled)
     if a_scalar == 1.5:
@@ -183,13 +185,15 @@ def entmax_forward(
 
 
 def entmax_threshold(
-    z: torch.Tensor, alpha: AlphaLike = 1.5, dim: int = -1, *, scaled: bool = False
+    z: torch.Tensor, alpha: AlphaLike = 1.5, dim: int = -1, *, scaled: bool = False, checked: bool = False
 ) -> torch.Tensor:
     """τ with p = [(α−1) z − τ]_+^(1/(α−1)), keeping ``dim`` as size 1 (fp32 or fp64).
 
     Any subset of a row's entries has a τ no larger than the row's own, which is what makes this
-    useful as a lower bound for pruning candidates.
+    useful as a lower bound for pruning candidates. ``checked`` as for :func:`entmax_forward`.
     """
+    if not checked:
+        check_alpha(alpha)
     dim = dim % z.dim() if z.dim() else 0
     _, tau, m, _, _, _ = _solve(z, alpha, dim, scaled)
     return (tau + m).movedim(-1, dim)
@@ -220,8 +224,9 @@ class EntmaxFunction(torch.autograd.Function):
     """α-entmax with the closed-form Jacobian-vector product (see the module docstring)."""
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, alpha: AlphaLike, dim: int) -> torch.Tensor:  # type: ignore[override]
-        p = entmax_forward(z, alpha, dim)
+    def forward(ctx, z: torch.Tensor, alpha: AlphaLike, dim: int,  # type: ignore[override]
+                checked: bool = False) -> torch.Tensor:
+        p = entmax_forward(z, alpha, dim, checked=checked)
         alpha_t = alpha if isinstance(alpha, torch.Tensor) else None
         ctx.dim = dim
         ctx.alpha_float = None if alpha_t is not None else float(alpha)
@@ -250,19 +255,19 @@ class EntmaxFunction(torch.autograd.Function):
             # Reduce the per-row gradient back to alpha's own (broadcast) shape.
             ga = ga.sum_to_size(torch.Size((1,) * (ga.dim() - alpha.dim()) + tuple(alpha.shape)))
             g_alpha = ga.reshape(alpha.shape).to(alpha.dtype)
-        return gz.to(grad.dtype), g_alpha, None
+        return gz.to(grad.dtype), g_alpha, None, None
 
 
-def entmax(z: torch.Tensor, alpha: AlphaLike = 1.5, dim: int = -1) -> torch.Tensor:
+def entmax(z: torch.Tensor, alpha: AlphaLike = 1.5, dim: int = -1, *, checked: bool = False) -> torch.Tensor:
     """α-entmax of z along ``dim``; α ∈ (1, 2], a float or a tensor broadcastable over the rows.
 
     A tensor α broadcasts against z with size 1 along ``dim`` (e.g. per head for (B, H, N, N)
-    scores: shape (H, 1, 1)). Output has z's dtype; τ is solved in fp32 or better.
+    scores: shape (H, 1, 1)). Output has z's dtype; τ is solved in fp32 or better. α is checked
+    once (in the forward) unless ``checked`` says the caller did.
     """
-    check_alpha(alpha)
-    return EntmaxFunction.apply(z, alpha, dim)
+    return EntmaxFunction.apply(z, alpha, dim, checked)
 
 
 def sparsemax(z: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Sparsemax (α = 2): Euclidean projection of z onto the simplex."""
-    return EntmaxFunction.apply(z, 2.0, dim)
+    return EntmaxFunction.apply(z, 2.0, dim, True)

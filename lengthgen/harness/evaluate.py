@@ -17,7 +17,7 @@ import torch
 from lengthgen.attention.backend import AttentionStats
 from lengthgen.config import EvalConfig
 from lengthgen.harness.batches import ModelBatch, score
-from lengthgen.harness.schema import wilson_interval
+from lengthgen.harness.storage.schema import wilson_interval
 from lengthgen.model import Transformer
 from lengthgen.progress import Shown, display
 from lengthgen.tasks.base import Task

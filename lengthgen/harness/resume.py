@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from lengthgen.config import RunConfig
 from lengthgen.files import atomic_write
-from lengthgen.harness.identity import made_now
+from lengthgen.harness.storage.identity import made_now
 
 if TYPE_CHECKING:
     import torch

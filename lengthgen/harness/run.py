@@ -6,7 +6,7 @@ also ``train_state.pt``, from which a stopped run resumes (``lengthgen.harness.r
 written atomically (``lengthgen.files``); a failed run (NaN loss, out of memory, an exception, a
 plugin that calls ``sys.exit``) still writes its rows with ``status = failed`` and its traceback in
 ``error.txt``, which a later successful run of the same config removes. The rows are saved after
-every evaluated length (``lengthgen.harness.store``), merged with rows that ``lengthgen eval``
+every evaluated length (``lengthgen.harness.storage.store``), merged with rows that ``lengthgen eval``
 adds meanwhile; the run replaces only its own training-task rows.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,33 +22,21 @@ import pandas as pd
 import torch
 
 from lengthgen.config import RunConfig
-from lengthgen.errors import UserError, exception_line
+from lengthgen.errors import exception_line
 from lengthgen.files import atomic_write, new_folder
+from lengthgen.harness.devices import resolve_device
 from lengthgen.harness.evaluate import LengthResult, evaluate_length
-from lengthgen.harness.identity import backend_package, made_now, run_columns
 from lengthgen.harness.plots import plot_accuracy_vs_length
-from lengthgen.harness.results import rows_to_frame
 from lengthgen.harness.resume import STATE_FILE
-from lengthgen.harness.store import run_lock, save_rows
+from lengthgen.harness.storage.identity import backend_package, made_now, run_columns
+from lengthgen.harness.storage.results import rows_to_frame
+from lengthgen.harness.storage.store import run_lock, save_rows
 from lengthgen.harness.tracking import EVAL_FIELDS, Tracker, open_tracker
 from lengthgen.harness.train import TrainResult, train
 from lengthgen.model import Transformer
 from lengthgen.progress import Shown
 from lengthgen.tasks import get_task
 from lengthgen.tasks.base import Task
-
-#: The devices a run can ask for.
-DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
-
-
-def resolve_device(name: str) -> torch.device:
-    if name not in DEVICES:
-        raise UserError(f"unknown device {name!r}; valid devices: {', '.join(DEVICES)}")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("device 'cuda' requested but CUDA is not available; valid devices here: auto, cpu")
-    return torch.device(name)
 
 
 def build(config: RunConfig) -> tuple[Task, Transformer]:
@@ -96,7 +84,7 @@ def base_row(config: RunConfig, device: torch.device) -> dict[str, Any]:
 def execute(
     config: RunConfig,
     out_dir: str | Path,
-    device_name: str = "auto",
+    device: str | torch.device = "auto",
     progress: Shown = True,
     on_length: Callable[[LengthResult], None] | None = None,
     log: str | None = None,
@@ -107,8 +95,8 @@ def execute(
     per-length results. A file-system error while writing (no space left, no permission) is
     raised; folders this call created are removed again if they are still empty.
     """
-    device = resolve_device(device_name)
-    base = base_row(config, device)
+    where = resolve_device(device)
+    base = base_row(config, where)
     with new_folder(Path(out_dir) / base["run_id"]) as run_dir:
         # the tracker first: one that cannot start leaves no run folder behind (open_tracker
         # removes what it made; new_folder the folders left empty)
@@ -116,9 +104,27 @@ def execute(
         try:
             atomic_write(run_dir / "config.json", config_text(config))
             (run_dir / "error.txt").unlink(missing_ok=True)  # a stale report of an earlier failure
-            return _train_and_evaluate(config, run_dir, base, device, progress, on_length, tracker)
+            return _train_and_evaluate(config, run_dir, base, where, progress, on_length, tracker)
         finally:
             tracker.close()
+
+
+def evaluate_lengths(model: Transformer, task: Task, config: RunConfig, factors: Sequence[int],
+                     device: torch.device, base: Mapping[str, Any], rows: list[dict[str, Any]],
+                     save: Callable[[list[dict[str, Any]]], object], tracker: Tracker, *, progress: Shown,
+                     variant: str = "", on_length: Callable[[LengthResult], None] | None = None) -> None:
+    """Evaluate ``model`` at L·f for every f in ``factors``: the one loop over lengths, of a run and
+    of ``lengthgen eval``. Each length's row (``base``, its numbers, ``variant``) is appended to
+    ``rows`` and ``save`` gets the rows at once, so an interruption or an error at a later length
+    keeps the lengths done; the tracker and ``on_length`` hear of each length."""
+    for factor in factors:
+        length = config.train.train_length * factor
+        result = evaluate_length(model, task, length, factor, config.eval, device, progress=progress)
+        rows.append({**base, **length_row(result), "status": "ok", "error": None, "eval_variant": variant})
+        save(rows)
+        tracker.length(length, factor, {k: getattr(result, k) for k in EVAL_FIELDS}, variant)
+        if on_length is not None:
+            on_length(result)
 
 
 def save_training_rows(run_dir: Path, rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -147,14 +153,9 @@ def _train_and_evaluate(
         atomic_write(run_dir / "train_history.json", json.dumps(trained.history, indent=1) + "\n")
         save_checkpoint(model, config, run_dir / "model.pt")
         state_path.unlink(missing_ok=True)  # trained: a rerun starts over, as its config asks
-        for factor in config.eval.factors():
-            length = config.train.train_length * factor
-            result = evaluate_length(model, task, length, factor, config.eval, device, progress=progress)
-            rows.append({**base, **length_row(result), "status": "ok", "error": None})
-            save_training_rows(run_dir, rows)  # kept as it completes: Ctrl-C keeps what is done
-            tracker.length(length, factor, {k: getattr(result, k) for k in EVAL_FIELDS})
-            if on_length is not None:
-                on_length(result)
+        evaluate_lengths(model, task, config, config.eval.factors(), device, base, rows,
+                         lambda done: save_training_rows(run_dir, done), tracker, progress=progress,
+                         on_length=on_length)
     except (Exception, torch.cuda.OutOfMemoryError, SystemExit) as exc:  # SystemExit: a plugin's exit
         if isinstance(exc, OSError):
             raise  # the disk, not the run: nothing more can be written

@@ -22,12 +22,11 @@ import importlib.util
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from lengthgen.choices import TRACKERS
 from lengthgen.errors import UserError, exception_line
 
-TrackerName = Literal["tensorboard", "wandb"]
-TRACKERS: tuple[str, ...] = ("tensorboard", "wandb")
 #: The package each tracker needs (all in the ``track`` extra).
 _PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb"}
 #: Per-length fields of an evaluation result that are logged.

@@ -20,9 +20,9 @@ import torch
 
 from lengthgen.config import RunConfig
 from lengthgen.harness.batches import ModelBatch, masked_loss, score
-from lengthgen.harness.identity import run_key
 from lengthgen.harness.prefetch import prefetched
 from lengthgen.harness.resume import TrainingProgress, load_progress, save_progress
+from lengthgen.harness.storage.identity import run_key
 from lengthgen.harness.tracking import Tracker
 from lengthgen.model import Transformer
 from lengthgen.progress import Shown, display

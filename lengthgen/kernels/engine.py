@@ -109,8 +109,8 @@ def attend(
         grad = grad or _needs_grad(bias_increments)
     prob = prepare(q, k, v, causal, alibi_slopes, scale, q_positions, needs_grad=grad,
                    bias_increments=bias_increments)
-    if isinstance(normalizer, Entmax):
-        alpha_per_head(normalizer, prob.H)  # validates α before any path runs
+    # α is checked here, once, before any path runs; the paths get the checked per-head values
+    alpha = alpha_per_head(normalizer, prob.H) if isinstance(normalizer, Entmax) else None
     if isinstance(normalizer, StickBreaking) and not prob.causal:
         raise ValueError("stick-breaking attention is causal: a row's own token closes its stick")
     rows = diagnostic_rows(prob.Nq, q.device) if diagnostics else None
@@ -123,7 +123,7 @@ def attend(
         # Paths compute scores and normalizers in fp32 (``functional.precision``); a caller's
         # autocast (bf16 training) would run their matrix products in bf16 behind their back.
         with _without_autocast(q.device):
-            out, entropy, support = _path(chosen, normalizer, q, prob)(q, k, v, prob, normalizer, rows)
+            out, entropy, support = _path(chosen, normalizer, q, prob, alpha)(q, k, v, prob, normalizer, rows)
     if rows is None:
         return out, None
     assert entropy is not None and support is not None
@@ -209,8 +209,9 @@ def _fused_or_chunked(normalizer: Normalizer, prob: AttnProblem) -> str:
     return "fused"
 
 
-def _path(name: str, normalizer: Normalizer, q: Tensor, prob: AttnProblem) -> Path:
-    """The function that runs path ``name`` for this normalizer, with its kernels chosen."""
+def _path(name: str, normalizer: Normalizer, q: Tensor, prob: AttnProblem, alpha: Tensor | None) -> Path:
+    """The function that runs path ``name`` for this normalizer, with its kernels chosen; ``alpha``:
+    α-entmax's checked per-head values."""
     if name == "materialized":
         return partial(materialized_path, probs=_materialized_rows(normalizer, q))
     if isinstance(normalizer, StickBreaking):
@@ -229,10 +230,11 @@ def _path(name: str, normalizer: Normalizer, q: Tensor, prob: AttnProblem) -> Pa
         from lengthgen.kernels.reference import entmax as reference_entmax
         from lengthgen.kernels.triton import entmax as triton_entmax
 
+        assert alpha is not None
         entmax_paths: dict[str, Path] = {
-            "chunked": _entmax_kernel_path(reference_entmax.chunked_entmax_attention),
-            "fused": _entmax_kernel_path(cpu_entmax.fused_entmax_attention),
-            "triton": triton_entmax.triton_path,
+            "chunked": _entmax_kernel_path(reference_entmax.chunked_entmax_attention, alpha),
+            "fused": _entmax_kernel_path(cpu_entmax.fused_entmax_attention, alpha),
+            "triton": partial(triton_entmax.triton_path, alpha=alpha),
         }
         if name in entmax_paths:
             return entmax_paths[name]
@@ -253,13 +255,14 @@ def _path(name: str, normalizer: Normalizer, q: Tensor, prob: AttnProblem) -> Pa
     raise ValueError(f"impl={name!r} does not run {type(normalizer).__name__} attention")
 
 
-def _entmax_kernel_path(run: Callable[..., tuple[Tensor, Tensor | None, Tensor | None, int]]) -> Path:
-    """An α-entmax kernel that takes α per head, as a path (its count of dense rows dropped)."""
+def _entmax_kernel_path(run: Callable[..., tuple[Tensor, Tensor | None, Tensor | None, int]],
+                        alpha: Tensor) -> Path:
+    """An α-entmax kernel that takes the checked α per head, as a path (its count of dense rows
+    dropped)."""
 
     def path(q: Tensor, k: Tensor, v: Tensor, prob: AttnProblem, normalizer: Normalizer,
              rows: Tensor | None) -> PathResult:
-        assert isinstance(normalizer, Entmax)
-        out, entropy, support, _ = run(q, k, v, prob, alpha_per_head(normalizer, prob.H), rows)
+        out, entropy, support, _ = run(q, k, v, prob, alpha, rows)
         return out, entropy, support
 
     return path
@@ -268,17 +271,19 @@ def _entmax_kernel_path(run: Callable[..., tuple[Tensor, Tensor | None, Tensor |
 def _materialized_rows(normalizer: Normalizer, q: Tensor) -> Callable[[Tensor], Tensor]:
     """What turns the materialized path's score rows into weights: for α-entmax with one α on
     float32 CPU scores the numba row solver (``cpu/entmax_rows.py``; the torch reference sorts
-    every row), else ``normalizer.probs``."""
-    if not isinstance(normalizer, Entmax) or isinstance(normalizer.alpha, Tensor):
+    every row), else ``normalizer.probs`` (α-entmax's without checking α again: ``attend`` did)."""
+    if not isinstance(normalizer, Entmax):
         return normalizer.probs
-    if q.device.type != "cpu" or compute_dtype(q.dtype) != torch.float32:
-        return normalizer.probs
+    reference = partial(normalizer.probs, checked=True)
+    one_alpha = not isinstance(normalizer.alpha, Tensor)
+    if not one_alpha or q.device.type != "cpu" or compute_dtype(q.dtype) != torch.float32:
+        return reference
     from lengthgen.kernels.cpu import entmax_rows
 
     reason = entmax_rows.KERNEL.unavailable_reason()
     if reason:
         warn_fallback(entmax_rows.KERNEL.what, reason, "torch reference")
-        return normalizer.probs
+        return reference
     alpha = float(normalizer.alpha)
     return lambda scores: entmax_rows.entmax_rows(scores, alpha)
 

@@ -67,12 +67,13 @@ class Entmax(Normalizer):
 
     alpha: float | Tensor
 
-    def probs(self, scores: Tensor) -> Tensor:
+    def probs(self, scores: Tensor, checked: bool = False) -> Tensor:
+        """``checked``: α was checked by the caller (the engine, once per call)."""
         alpha = self.alpha
         if isinstance(alpha, Tensor) and alpha.numel() > 1 and scores.dim() >= 3:
             alpha = alpha.reshape(-1, 1, 1).to(device=scores.device)
         z = scores.to(compute_dtype(scores.dtype))
-        return entmax(z, alpha if isinstance(alpha, Tensor) else float(alpha), dim=-1)
+        return entmax(z, alpha if isinstance(alpha, Tensor) else float(alpha), dim=-1, checked=checked)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,8 @@ class Custom(Normalizer):
 
 
 def alpha_per_head(normalizer: Entmax, heads: int) -> Tensor:
-    """The entmax α of every head as an (H,) float64 CPU tensor, checked to lie in (1, 2]."""
+    """The entmax α of every head as an (H,) float64 CPU tensor, checked to lie in (1, 2]: the one
+    check of α on the engine's paths, which get this tensor (or know α was checked)."""
     alpha = per_head(normalizer.alpha, heads, "alpha", 1.5)
     check_alpha(alpha)
     return alpha

@@ -89,18 +89,22 @@ def on_device(t: Tensor, device: torch.device, dtype: torch.dtype) -> Tensor:
     return _constant_on(tuple(t.detach().cpu().reshape(-1).tolist()), device, dtype).view(t.shape)
 
 
-def per_head(value: float | Tensor | None, H: int, name: str, default: float) -> Tensor:
-    """An (H,) float64 CPU tensor from a float, a 1-element or an (H,) tensor, or None."""
+def per_head(value: float | Tensor | None, H: int, name: str, default: float,
+             device: torch.device | None = None, dtype: torch.dtype = torch.float64) -> Tensor:
+    """An (H,) tensor from a float, a 1-element or an (H,) tensor, or None: float64 on the CPU for
+    the engine's checks, or the kernels' dtype on their device (made there as ``on_device`` does)."""
+    device = torch.device("cpu") if device is None else device
     if value is None:
-        return torch.full((H,), default, dtype=torch.float64)
+        return torch.full((H,), default, dtype=dtype, device=device)
     if isinstance(value, Tensor):
-        t = value.detach().to(device="cpu", dtype=torch.float64).reshape(-1)
+        t = on_device(value.detach(), device, dtype).reshape(-1)
         if t.numel() == 1:
             return t.expand(H).clone()
         if t.numel() != H:
-            raise ValueError(f"{name} must be a float or an ({H},) tensor, got shape {tuple(value.shape)}")
+            raise ValueError(
+                f"{name} must be a float or one value per head ({H}), got shape {tuple(value.shape)}")
         return t.clone()
-    return torch.full((H,), float(value), dtype=torch.float64)
+    return torch.full((H,), float(value), dtype=dtype, device=device)
 
 
 def _check_values(q: Tensor, k: Tensor, v: Tensor, needs_grad: bool) -> None:

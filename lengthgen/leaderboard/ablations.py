@@ -19,9 +19,9 @@ import pandas as pd
 from lengthgen import limits
 from lengthgen.errors import UserError
 from lengthgen.files import read_text
+from lengthgen.leaderboard.long_table import summarize
 from lengthgen.leaderboard.rows import load_rows
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD, is_missing
-from lengthgen.leaderboard.summary import summarize
 from lengthgen.leaderboard.tables import (
     Cell,
     Header,

@@ -1,7 +1,7 @@
 """The board's first screen: one sentence per task and a compact task × backend matrix, so that a
 reader gets the answer before any table.
 
-Both read the summary only (``summary.summarize``), and both rank by the worst seed's effective
+Both read the summary only (``long_table.summarize``), and both rank by the worst seed's effective
 length, the length every seed holds, so a mean carried by some seeds never reads as a result all
 seeds share. The sentences say which backends hold longest on every seed, which reach that length
 on some seeds only, which falls first, and which did not learn the task on every seed.

@@ -26,13 +26,15 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import NullLocator  # noqa: E402
 
+from lengthgen.errors import UserError  # noqa: E402
 from lengthgen.files import atomic_write  # noqa: E402
 from lengthgen.harness.plots import plain_text  # noqa: E402
+from lengthgen.harness.storage.results import load_results, usable  # noqa: E402
+from lengthgen.leaderboard.long_table import summarize  # noqa: E402
 from lengthgen.leaderboard.paper import PAPER_REPORTED, PAPER_TRAIN_LENGTHS, backend_rank  # noqa: E402
 from lengthgen.leaderboard.rows import ok_rows, prepared  # noqa: E402
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD as EFFECTIVE_LINE  # noqa: E402
 from lengthgen.leaderboard.stats import LEARNED_THRESHOLD, learned, stable_mean  # noqa: E402
-from lengthgen.leaderboard.summary import summarize  # noqa: E402
 
 Target = str | os.PathLike[str] | io.BytesIO
 
@@ -228,6 +230,20 @@ OVERVIEW_CAPTION = (
     "each backend's chosen setting (the per-task figures below add every seed and the paper's numbers). "
     "The dotted line is the 90% of the effective length."
 )
+
+
+def plot_task(results: Path, where: str, task: str, target: Path, kind: str) -> Any:
+    """``lengthgen plot``: one figure of one task from the rows under ``results`` (``where`` as the
+    user named it), as on the leaderboard: ``exact`` match or ``dispersion`` against length; a
+    one-line ``UserError`` for a file name that is no SVG or PNG, or a task without ok rows."""
+    if target.suffix.lower() not in (".svg", ".png"):
+        raise UserError(f"bad -o {str(target)!r}: the file name must end in .svg or .png")
+    rows = usable(load_results(results), repr(where))
+    tasks = sorted(rows.loc[rows["status"] == "ok", "task"].dropna().unique())
+    if task not in tasks:
+        raise UserError(f"no ok results for task {task!r} under {where!r}; "
+                        f"tasks with results: {', '.join(tasks) or '(none)'}")
+    return (plot_exact_match if kind == "exact" else plot_dispersion)(rows, task, target)
 
 
 def plot_overview(rows: pd.DataFrame, path: Target, summary: pd.DataFrame | None = None,

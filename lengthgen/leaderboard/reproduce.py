@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 from lengthgen.errors import UserError
-from lengthgen.leaderboard.rows import config_dict
+from lengthgen.leaderboard.rows import config_dict, recipe_hash
 from lengthgen.registry import reading_data
 
 #: What varies inside one ``lengthgen sweep`` command (so it does not split commands).
@@ -22,13 +21,6 @@ GRID_FIELDS = ("seed", "attn", "attn_options", "pos")
 def _values(series: pd.Series) -> str:
     items = sorted({str(v) for v in series.dropna()})
     return ", ".join(items) if items else "—"
-
-
-def _recipe_without(config_json: Any, ignore: Sequence[str]) -> str:
-    config = config_dict(config_json)
-    for key in ignore:
-        config.pop(key, None)
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8] if config else ""
 
 
 @reading_data()  # names from data: a plugin file they name is never imported
@@ -127,7 +119,7 @@ def sweep_commands(rows: pd.DataFrame, sweep_dir: str) -> list[str]:
     commands so that a scheme run with only some backends is not crossed with all of them."""
     units: dict[tuple[str, str, str, str], list[tuple[dict[str, Any], str]]] = {}
     options = [json.dumps(_changed_options(config_dict(c)), sort_keys=True) for c in rows["config_json"]]
-    frame = rows.assign(recipe=[_recipe_without(c, GRID_FIELDS) + o
+    frame = rows.assign(recipe=[recipe_hash(c, GRID_FIELDS) + o
                                 for c, o in zip(rows["config_json"], options, strict=True)])
     for (task, _, _), whole in frame.groupby(["task", "recipe", "pos"], sort=True, dropna=False):
         for group in _seed_grids(whole):

@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from lengthgen.harness.results import conform, load_results
+from lengthgen.harness.storage.results import conform, load_results
 from lengthgen.leaderboard.stats import is_missing
 
 
@@ -29,10 +30,17 @@ def load_rows(path: str | os.PathLike[str]) -> pd.DataFrame:
 
 def setting_of(config_json: Any) -> str:
     """Hash of the run's config without its seed: runs that differ only by seed share it."""
+    return recipe_hash(config_json, ("seed",))
+
+
+def recipe_hash(config_json: Any, without: Sequence[str]) -> str:
+    """8 hex digits naming a recorded config without the fields ``without`` ("" for no config):
+    configs that differ only in those fields share it (a setting: all but the seed)."""
     config = config_dict(config_json)
     if not config:
         return ""
-    config.pop("seed", None)
+    for key in without:
+        config.pop(key, None)
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:8]
 
 

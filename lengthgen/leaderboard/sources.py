@@ -34,8 +34,8 @@ from lengthgen import limits
 from lengthgen.config import parse_toml
 from lengthgen.errors import UserError, UserNotice
 from lengthgen.files import read_text
-from lengthgen.harness.results import load_results
-from lengthgen.harness.verify import IDENTITY, METRICS, comparable, read_report
+from lengthgen.harness.recorded.verify import IDENTITY, METRICS, comparable, read_report
+from lengthgen.harness.storage.results import load_results
 from lengthgen.leaderboard.tables import Cell, Header, Row, Table
 from lengthgen.leaderboard.verified import verification_line
 

@@ -1,7 +1,7 @@
 """The page's line on re-derived runs: what the board's ``verify.json`` says of the rows shown now.
 
 A report (``lengthgen verify``) records, per run it checked, the rows it re-derived: their count,
-factors and digest (``harness.verify.rows_digest``), and the data it read. A run counts as
+factors and digest (``harness.recorded.verify.rows_digest``), and the data it read. A run counts as
 re-derived only while its current rows are exactly those rows, so a row edited after the check, or
 a report from someone else's folder, never reads as verified; a run whose verified rows are kept
 but which has more rows now is named as extended since, its new rows not covered. Rows of
@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from lengthgen.harness.verify import evaluated_rows, rows_digest
+from lengthgen.harness.recorded.verify import evaluated_rows, rows_digest
 
 #: Runs named in a line before it says "and k more".
 NAMED = 3

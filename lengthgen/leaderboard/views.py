@@ -1,4 +1,4 @@
-"""What each table of the leaderboard shows, built from the summary (see ``summary``) and the rows.
+"""What each table of the leaderboard shows, built from the summary (see ``long_table``) and the rows.
 
 - :func:`task_table`: per task, a row per (backend, scheme) with its chosen setting, then the
   pinned rows (per backend: our paper-protocol row right above the paper's own).

@@ -17,13 +17,14 @@ from pathlib import Path
 import pandas as pd
 
 from lengthgen.files import publish
-from lengthgen.harness.verify import read_report
+from lengthgen.harness.recorded.verify import read_report
 from lengthgen.leaderboard import page as html_page
 from lengthgen.leaderboard.ablations import Ablation, ablation_table
 from lengthgen.leaderboard.budget_page import StudySource, render_section
 from lengthgen.leaderboard.commits import commit_label, commits_table, provenance_lines
 from lengthgen.leaderboard.headline import HEADLINE_CAPTION, headline_html, headline_markdown, verdicts
 from lengthgen.leaderboard.latex import latex_effective_table, latex_table
+from lengthgen.leaderboard.long_table import CSV_COLUMNS, summarize
 from lengthgen.leaderboard.paper import (
     PAPER_LABEL,
     PAPER_SELECTION_LEVEL,
@@ -59,7 +60,6 @@ from lengthgen.leaderboard.safe import slug
 from lengthgen.leaderboard.selection import PREDATES, TIE_BREAK, ScreeningProgress
 from lengthgen.leaderboard.sources import Source, conflict_lines, source_column, sources_table
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD
-from lengthgen.leaderboard.summary import CSV_COLUMNS, summarize
 from lengthgen.leaderboard.tables import csv_bytes, markdown, md_prose, md_text
 from lengthgen.leaderboard.verified import verification_line
 from lengthgen.leaderboard.views import (

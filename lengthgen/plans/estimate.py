@@ -86,7 +86,7 @@ class Timings:
     def from_folders(cls, *folders: Path | None) -> Timings:
         """Timings of the runs under sweep folders (their ``data/``), or folders of sweep folders
         (an ablations folder); missing folders are skipped."""
-        from lengthgen.harness.results import load_results
+        from lengthgen.harness.storage.results import load_results
 
         frames = []
         for folder in folders:

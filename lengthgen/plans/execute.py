@@ -23,11 +23,15 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lengthgen.plans.estimate import format_seconds
 from lengthgen.plans.plan import BlockState, BoardPlan, Work, survey
 from lengthgen.progress import Shown, in_terminal
 from lengthgen.sweeps import data_path, failed_frame, record_if_missing, run_one, run_path, terminate_workers
+
+if TYPE_CHECKING:
+    from lengthgen.harness.evaluate import LengthResult
 
 Echo = Callable[[str], None]
 
@@ -53,48 +57,38 @@ class PlanReport:
         return [d for d in self.done if d.status != "ok"]
 
 
-def extend_run(out: str, key: str, factors: tuple[int, ...], device: str,
-               progress: Shown = False) -> str | None:
-    """Evaluate a recorded run at more factors, one length at a time (each kept as it completes),
-    training it again first if its model is gone; returns the error that stopped it, if any.
-    ``progress="log"``: in a log, the retraining's lines and a line per length done (one MQMTAR
-    length can take 15 minutes)."""
-    from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
-    from lengthgen.harness.restore import restore_run
+def evaluate_recorded(out: str, work: Work, device: str, progress: Shown = False) -> str | None:
+    """Evaluate a recorded run at ``work.factors``, on its own task (``extend``) or on a task variant
+    (``variant``), each length kept as it completes, training the run again first if its model is
+    gone; returns the error that stopped it, if any. ``progress="log"``: in a log, the retraining's
+    lines and a line per length done (one MQMTAR length can take 15 minutes)."""
+    from lengthgen.harness.recorded.reevaluate import plan_evaluation, run_evaluation
+    from lengthgen.harness.recorded.restore import restore_run
+    from lengthgen.harness.recorded.saved import load_saved_run
 
-    run_dir = run_path(out, key)
-    if not (run_dir / "model.pt").is_file():
-        restore_run(run_dir, data_path(out, key), progress)
-    run = load_saved_run(run_dir)
-    for done, factor in enumerate(factors, start=1):
-        start = time.perf_counter()
-        plan = plan_evaluation(run, max_factor=factor)
-        outcome = run_evaluation(plan, [factor], device_name=device, progress=False)
-        if outcome.error:
-            return f"at {factor}x: {outcome.error}"
-        if progress == "log" and not in_terminal():
-            print(f"evaluate {key}: {factor}x done, {done}/{len(factors)} lengths "
-                  f"({format_seconds(time.perf_counter() - start)})", file=sys.stderr, flush=True)
-    return None
-
-
-def evaluate_variant(out: str, work: Work, device: str, progress: Shown = False) -> str | None:
-    """Evaluate a recorded run on a task variant at ``work.factors`` (training it again first if its
-    model is gone), one length at a time; returns the error that stopped it, if any."""
-    from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
-    from lengthgen.harness.restore import restore_run
-
-    assert work.variant is not None
     run_dir = run_path(out, work.key)
     if not (run_dir / "model.pt").is_file():
         restore_run(run_dir, data_path(out, work.key), progress)
     run = load_saved_run(run_dir)
-    for factor in work.factors:
-        plan = plan_evaluation(run, max_factor=max(factor, run.config.eval.max_factor),
-                               task_params=work.variant.param, min_factor=factor)
-        outcome = run_evaluation(plan, [factor], device_name=device, progress=False)
-        if outcome.error:
-            return f"at {factor}x: {outcome.error}"
+    factors = list(work.factors)
+    if work.variant is None:
+        plan = plan_evaluation(run, max_factor=max(factors))
+    else:
+        plan = plan_evaluation(run, max_factor=max(*factors, run.config.eval.max_factor),
+                               task_params=work.variant.param, min_factor=min(factors))
+    finished = [time.perf_counter()]
+
+    def said(result: LengthResult) -> None:
+        if progress == "log" and not in_terminal():
+            now = time.perf_counter()
+            what = f" on {work.label}" if work.variant is not None else ""
+            print(f"evaluate {work.key}{what}: {result.factor}x done, {len(finished)}/{len(factors)} lengths "
+                  f"({format_seconds(now - finished[-1])})", file=sys.stderr, flush=True)
+            finished.append(now)
+
+    outcome = run_evaluation(plan, factors, device=device, progress=False, on_length=said)
+    if outcome.error:
+        return f"at {factors[len(outcome.rows)]}x: {outcome.error}"
     return None
 
 
@@ -108,8 +102,7 @@ def do_work(work: Work, out: str, device: str, threads: int | None = None, progr
     start = time.perf_counter()
     if work.kind in ("extend", "variant"):
         try:
-            error = (extend_run(out, work.key, work.factors, device, progress) if work.kind == "extend"
-                     else evaluate_variant(out, work, device, progress))
+            error = evaluate_recorded(out, work, device, progress)
         except Exception as exc:  # a model that cannot be loaded or restored: report it, go on
             error = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return Done(work, "failed" if error else "ok", error, time.perf_counter() - start)

@@ -4,6 +4,7 @@ estimated CPU time, and what waits for a choice."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from lengthgen.config import RunConfig
 from lengthgen.plans.estimate import Timings, format_seconds, total
@@ -127,11 +128,13 @@ def _chosen_config(state: BlockState) -> RunConfig:
     return configs_at(state.block, state.chosen, state.block.sweep.seeds[:1])[0]
 
 
-def missing_run_lines(configs: Sequence[RunConfig], out: str, timings: Timings,
+def missing_run_lines(configs: Sequence[RunConfig], out: str, timings: Timings | None = None,
                       retry_failed: bool = False) -> list[str]:
-    """``--dry-run`` of a plain sweep: each missing run with its estimated CPU time."""
+    """``--dry-run`` of a plain sweep: each missing run with its estimated CPU time (from the runs
+    recorded under ``out`` unless ``timings`` says otherwise)."""
     from lengthgen.sweeps import plan, resume_step
 
+    timings = timings if timings is not None else Timings.from_folders(Path(out))
     todo = [Work("screen", "", c, resumes_at=resume_step(out, c))
             for c in plan(configs, out, retry_failed=retry_failed).todo]
     estimates = [work_seconds(work, timings) for work in todo]

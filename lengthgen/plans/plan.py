@@ -94,7 +94,7 @@ class Screen(_Frozen):
     @field_validator("max_factor")
     @classmethod
     def _power_of_two(cls, value: int | None) -> int | None:
-        if value is not None and value & (value - 1):
+        if value is not None and not limits.is_power_of_two(value):
             raise ValueError(f"must be a power of two, got {value}")
         return value
 
@@ -112,7 +112,7 @@ class PlanVariant(_Frozen):
     def _powers_of_two(self) -> PlanVariant:
         for name in ("min_factor", "max_factor"):
             value = getattr(self, name)
-            if value is not None and value & (value - 1):
+            if value is not None and not limits.is_power_of_two(value):
                 raise ValueError(f"{name} must be a power of two, got {value}")
         if self.max_factor is not None and self.max_factor < self.min_factor:
             raise ValueError(f"max_factor {self.max_factor} is under min_factor {self.min_factor}")
@@ -392,7 +392,7 @@ class Work:
     @property
     def label(self) -> str:
         """The variant as its rows name it (``eval_variant``); '' for the other kinds."""
-        from lengthgen.harness.reevaluate import changed_task_params, variant_label
+        from lengthgen.harness.recorded.saved import changed_task_params, variant_label
 
         if self.variant is None:
             return ""

@@ -12,7 +12,8 @@ finished runs (and failed ones unless asked to retry) and redoes the rest. One m
 ``grid`` (the runs a sweep names), ``dataset`` (where the sweep stands), ``worker`` (one run,
 recorded), ``launch_local`` and ``launch_ray`` (where runs execute; both call the same worker, so
 both write the same dataset), ``driver`` (the runs to do, to a launcher, counted), ``parsing`` (the
-command line's lists), ``signals`` (SIGTERM as Ctrl-C) and ``summary`` (the closing lines). The
+command line's lists), ``signals`` (SIGTERM as Ctrl-C) and ``report`` (the counts and the closing
+lines). The
 names below are the sweep API the command line, the Python API and plans use.
 """
 
@@ -29,19 +30,28 @@ from lengthgen.sweeps.dataset import (
     run_path,
     run_state,
 )
-from lengthgen.sweeps.driver import LAUNCHERS, Launcher, SweepReport, check_jobs, check_launcher, run_sweep
+from lengthgen.sweeps.driver import (
+    LAUNCHERS,
+    Launcher,
+    check_environment,
+    check_jobs,
+    check_launcher,
+    run_sweep,
+)
 from lengthgen.sweeps.grid import SweepSpec, shard_of, validate_spec
 from lengthgen.sweeps.launch_local import launch_local, terminate_workers
 from lengthgen.sweeps.launch_ray import launch_ray
-from lengthgen.sweeps.parsing import parse_choices, parse_list, parse_seeds, split_settings
+from lengthgen.sweeps.parsing import parse_choices, parse_list, parse_seeds, spec_from_flags, split_settings
+from lengthgen.sweeps.report import SweepReport, summarize
 from lengthgen.sweeps.signals import SweepTerminated, sigterm_stops_cleanly
-from lengthgen.sweeps.summary import summarize
 from lengthgen.sweeps.worker import RunOutcome, failed_frame, outcome_of, run_one
 
 __all__ = [
     "LAUNCHERS", "Launcher", "Plan", "RunOutcome", "RunState", "SweepReport", "SweepSpec", "SweepTerminated",
-    "check_jobs", "check_launcher", "data_dir", "data_path", "failed_frame", "launch_local", "launch_ray",
+    "check_environment", "check_jobs", "check_launcher", "data_dir", "data_path", "failed_frame",
+    "launch_local", "launch_ray",
     "new_folder", "outcome_of", "parse_choices", "parse_list", "parse_seeds", "plan", "record_if_missing",
     "resume_step", "run_key", "run_one", "run_path", "run_state", "run_sweep", "shard_of",
-    "sigterm_stops_cleanly", "split_settings", "summarize", "terminate_workers", "validate_spec",
+    "sigterm_stops_cleanly", "spec_from_flags", "split_settings", "summarize", "terminate_workers",
+    "validate_spec",
 ]

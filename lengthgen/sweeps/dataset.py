@@ -13,9 +13,9 @@ from typing import Literal
 import pandas as pd
 
 from lengthgen.config import RunConfig
-from lengthgen.harness.identity import run_key
-from lengthgen.harness.results import write_parquet_atomic
 from lengthgen.harness.resume import STATE_FILE, saved_step
+from lengthgen.harness.storage.identity import run_key
+from lengthgen.harness.storage.results import write_parquet_atomic
 
 __all__ = ["Plan", "RunState", "data_dir", "data_path", "plan", "record_if_missing", "run_key", "run_path",
            "resume_step", "run_state"]

@@ -3,39 +3,28 @@ bar; the counts survive a Ctrl-C for the summary."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from lengthgen.choices import LAUNCHERS, Launcher
 from lengthgen.config import RunConfig
 from lengthgen.errors import UserError
 from lengthgen.files import new_folder
+from lengthgen.harness import devices
+from lengthgen.harness.tracking import check_tracker
 from lengthgen.progress import display
 from lengthgen.sweeps.dataset import data_dir, plan
 from lengthgen.sweeps.launch_local import launch_local
 from lengthgen.sweeps.launch_ray import launch_ray
+from lengthgen.sweeps.report import SweepReport
 from lengthgen.sweeps.worker import RunOutcome
 
-__all__ = ["LAUNCHERS", "Launcher", "SweepReport", "check_jobs", "check_launcher", "run_sweep"]
+__all__ = ["LAUNCHERS", "Launcher", "check_environment", "check_jobs", "check_launcher",
+           "run_sweep"]
 
-Launcher = Literal["local", "ray"]
-LAUNCHERS: tuple[str, ...] = ("local", "ray")
-
-
-@dataclass
-class SweepReport:
-    total: int
-    skipped_ok: int
-    skipped_failed: int
-    ok: list[str] = field(default_factory=list)
-    failed: list[tuple[str, str]] = field(default_factory=list)
-    interrupted: bool = False
-
-    @property
-    def remaining(self) -> int:
-        return self.total - self.skipped_ok - self.skipped_failed - len(self.ok) - len(self.failed)
 
 
 def check_jobs(jobs: Any) -> None:
@@ -45,8 +34,22 @@ def check_jobs(jobs: Any) -> None:
 
 
 def check_launcher(launcher: Any) -> None:
+    """A launcher this installation can start: one of :data:`LAUNCHERS`, Ray only where it is installed."""
     if launcher not in LAUNCHERS:
         raise UserError(f"unknown launcher {launcher!r}; valid launchers: {', '.join(LAUNCHERS)}")
+    if launcher == "ray" and importlib.util.find_spec("ray") is None:
+        raise UserError("--launcher ray needs Ray: pip install 'lengthgen[ray]'")
+
+
+def check_environment(launcher: str, device: str, log: str | None) -> None:
+    """Before a sweep starts: its device and tracker are usable where its runs execute. Local runs
+    execute on this machine, which resolves the device; a Ray cluster's workers resolve it there,
+    so here only its name is checked."""
+    if launcher == "local":
+        devices.check_environment(device, log)
+    else:
+        devices.check_device_name(device)
+        check_tracker(log)
 
 
 def run_sweep(

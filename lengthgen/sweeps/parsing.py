@@ -1,15 +1,17 @@
 """The command line's lists: names (``copy,sort``), seeds (``0,2,5-7``) and the values a ``--set``
-gives one field (``train.lr=5e-4,1e-3``), each a one-line ``UserError`` when malformed."""
+gives one field (``train.lr=5e-4,1e-3``), each a one-line ``UserError`` when malformed; and the
+grid a ``lengthgen sweep`` command line names (:func:`spec_from_flags`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from lengthgen import limits
-from lengthgen.config import parse_json, parse_value
+from lengthgen.config import parse_assignments, parse_json, parse_value
 from lengthgen.errors import UserError
+from lengthgen.sweeps.grid import SweepSpec
 
-__all__ = ["parse_choices", "parse_list", "parse_seeds", "split_settings"]
+__all__ = ["parse_choices", "parse_list", "parse_seeds", "spec_from_flags", "split_settings"]
 
 
 def parse_list(text: str, what: str) -> tuple[str, ...]:
@@ -61,3 +63,18 @@ def split_settings(choices: dict[str, tuple[Any, ...]]) -> tuple[dict[str, Any],
     """``--set`` fields with one value (shared settings) apart from those with several (the grid)."""
     shared = {key: values[0] for key, values in choices.items() if len(values) == 1}
     return shared, {key: values for key, values in choices.items() if len(values) > 1}
+
+
+def spec_from_flags(*, tasks: str, attns: str, positions: str | None = None, seeds: str | None = None,
+                    preset: str | None = None, param: list[str] | None = None,
+                    attn_option: list[str] | None = None, override: list[str] | None = None,
+                    **dedicated: Any) -> SweepSpec:
+    """The grid ``lengthgen sweep`` flags name: lists as typed (``--task copy,sort``), ``key=value``
+    assignments, and the dedicated flags (``steps``, ``max_factor``, … as ``SweepSpec`` fields); a
+    ``--set`` field given several values becomes a grid axis."""
+    shared, grid = split_settings(parse_assignments(override, "--set", parse=parse_choices))
+    return SweepSpec(
+        tasks=parse_list(tasks, "task"), attns=parse_list(attns, "attention backend"),
+        positions=parse_list(positions or "nape", "position scheme"), seeds=parse_seeds(seeds or "0"),
+        preset=preset or "quick", task_params=parse_assignments(param, "--param"), overrides=shared,
+        grid=grid, attn_options=parse_assignments(attn_option, "--attn-option"), **dedicated)

@@ -12,8 +12,8 @@ import pandas as pd
 
 from lengthgen.config import RunConfig
 from lengthgen.errors import UserError, exception_line
-from lengthgen.harness.identity import made_now, run_columns, run_key
-from lengthgen.harness.results import rows_to_frame
+from lengthgen.harness.storage.identity import made_now, run_columns, run_key
+from lengthgen.harness.storage.results import rows_to_frame
 from lengthgen.progress import Shown
 from lengthgen.sweeps.dataset import data_path, run_path
 
@@ -58,7 +58,7 @@ def run_one(config: RunConfig, out: str, device: str = "auto", threads: int | No
     terminal).
     """
     from lengthgen.harness.run import execute, record_failure
-    from lengthgen.harness.store import current_rows, run_lock, save_rows
+    from lengthgen.harness.storage.store import current_rows, run_lock, save_rows
 
     if cwd and os.path.isdir(cwd) and os.getcwd() != cwd:
         os.chdir(cwd)
@@ -70,7 +70,7 @@ def run_one(config: RunConfig, out: str, device: str = "auto", threads: int | No
     run_dir = run_path(out, key)
     start = time.perf_counter()
     try:
-        frame = execute(config, run_dir.parent, device_name=device, progress=progress, log=log)
+        frame = execute(config, run_dir.parent, device=device, progress=progress, log=log)
         recorded: Path | None = run_dir / "results.parquet"
     except (OSError, UserError):
         raise

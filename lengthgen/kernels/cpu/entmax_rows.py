@@ -109,12 +109,13 @@ class _RowEntmax(torch.autograd.Function):
 
 
 def entmax_rows(z: Tensor, alpha: float) -> Tensor:
-    """α-entmax along the last dim of float32 CPU scores, α in (1, 2]; differentiable in z.
+    """α-entmax along the last dim of float32 CPU scores, α in (1, 2] (checked by the caller: the
+    engine, once per call); differentiable in z.
 
     Scores must be finite or −inf (masked keys): NaN or +inf rows go to the torch reference,
     which defines them (the kernel is compiled for finite arithmetic).
     """
     # one reduction finds both: max is NaN when any score is, +inf when any is
     if z.numel() and not bool(z.max() < float("inf")):
-        return entmax(z, alpha, dim=-1)
+        return entmax(z, alpha, dim=-1, checked=True)
     return _RowEntmax.apply(z, alpha)

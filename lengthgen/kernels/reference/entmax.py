@@ -30,9 +30,9 @@ def chunked_entmax_attention(
 ) -> tuple[Tensor, Tensor | None, Tensor | None, int]:
     """Exact α-entmax attention by query blocks; returns (out, entropy, support, dense_rows).
 
-    ``alpha`` is (H,) float64. ``rows``: the diagnostic rows (or None). ``dense_rows`` counts the
-    (batch, head, row) triples that went through the dense path because their block had more than
-    ``cap`` candidates (a test hook for the overflow path).
+    ``alpha`` is (H,) float64, checked by the engine. ``rows``: the diagnostic rows (or None).
+    ``dense_rows`` counts the (batch, head, row) triples that went through the dense path because
+    their block had more than ``cap`` candidates (a test hook for the overflow path).
     """
     B, H, Nq, Nk = prob.B, prob.H, prob.Nq, prob.Nk
     cd = compute_dtype(q.dtype)
@@ -66,16 +66,16 @@ def chunked_entmax_attention(
             # τ of each row's top keys is a lower bound of the row's τ (a subset's τ is never
             # larger), usually a far tighter one than max − 1: candidates shrink to ~ the support.
             top, _ = x.topk(_BOUND_KEYS, dim=-1)
-            thr = entmax_threshold(top, a_arg, dim=-1, scaled=True).to(x.dtype)
+            thr = entmax_threshold(top, a_arg, dim=-1, scaled=True, checked=True).to(x.dtype)
             n_cand = int((x > thr).sum(-1).max())
         if n_cand <= cap:
             vals, idx = x.topk(n_cand, dim=-1)
-            p = entmax_forward(vals - m, a_arg, dim=-1, scaled=True)
+            p = entmax_forward(vals - m, a_arg, dim=-1, scaled=True, checked=True)
             vg = vc[:, :, :kmax].unsqueeze(2).expand(B, H, r1 - r0, kmax, vc.shape[-1])
             vg = vg.gather(3, idx.unsqueeze(-1).expand(B, H, r1 - r0, n_cand, vc.shape[-1]))
             out[:, :, r0:r1] = torch.einsum("bhrk,bhrkd->bhrd", p, vg)
         else:
-            p = entmax_forward(x, a_arg, dim=-1, scaled=True)
+            p = entmax_forward(x, a_arg, dim=-1, scaled=True, checked=True)
             out[:, :, r0:r1] = torch.matmul(p, vc[:, :, :kmax])
             dense_rows += B * H * (r1 - r0)
         if sink is not None:

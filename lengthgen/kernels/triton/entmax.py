@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from lengthgen.functional.entmax import check_alpha
-from lengthgen.kernels.problem import on_device
+from lengthgen.kernels.problem import on_device, per_head
 
 __all__ = ["triton_available", "triton_entmax_attention", "triton_path", "unavailable_reason"]
 
@@ -86,20 +86,6 @@ def _block_sizes(block_d: int, interpret: bool) -> tuple[int, int]:
     if interpret:
         return 32, 32
     return (64, 64) if block_d <= 64 else (64, 32)
-
-
-def _per_head(value: float | Tensor, heads: int, device: torch.device, name: str) -> Tensor:
-    """An (H,) fp32 tensor on `device`, read by the kernels at run time (no recompilation per value)."""
-    if isinstance(value, Tensor):
-        t = on_device(value.detach(), device, torch.float32).reshape(-1)
-        if t.numel() == 1:
-            t = t.expand(heads)
-        if t.numel() != heads:
-            raise ValueError(
-                f"{name} must be a scalar or have one value per head ({heads}), got {tuple(value.shape)}"
-            )
-        return t.contiguous()
-    return torch.full((heads,), float(value), dtype=torch.float32, device=device)
 
 
 def _check_alpha(alpha: float | Tensor) -> None:
@@ -330,10 +316,18 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, full_rows: bool) -> None:
             f"without q_positions, q, k, v must all be (B, H, N, D) of one shape, got {tuple(q.shape)}, "
             f"{tuple(k.shape)}, {tuple(v.shape)}"
         )
-    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError(f"q, k, v must share one of fp32/fp16/bf16, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError("q, k, v must be on one device")
+    _check_runs(q, k, v)
+
+
+def _check_runs(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """What the kernels can run (dtypes, head size, device), checked on every call: the engine's
+    validated problem admits inputs these kernels cannot take."""
+    if v.shape != k.shape:
+        raise ValueError(f"the Triton kernel needs v of k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"q, k, v must share one of fp32/fp16/bf16, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.shape[-1] > 256:
         raise ValueError(f"head dim {q.shape[-1]} > 256 is not supported")
     if q.is_cuda:
@@ -356,8 +350,9 @@ def _checked_arguments(
     _check_inputs(q, k, v, full_rows)
     _check_alpha(alpha)
     H, D = q.shape[1], q.shape[3]
-    alpha_t = _per_head(alpha, H, q.device, "alpha")
-    slopes_t = None if alibi_slopes is None else _per_head(alibi_slopes, H, q.device, "alibi_slopes")
+    alpha_t = per_head(alpha, H, "alpha", 1.5, q.device, torch.float32)
+    slopes_t = None if alibi_slopes is None else per_head(alibi_slopes, H, "alibi_slopes", 0.0, q.device,
+                                                          torch.float32)
     return alpha_t, slopes_t, 1.0 / math.sqrt(D) if scale is None else float(scale)
 
 
@@ -386,24 +381,41 @@ def triton_entmax_attention(
     """
     alpha_t, slopes_t, scale_f = _checked_arguments(q, k, v, alpha, alibi_slopes, scale, q_positions is None)
     B, H, N, D = q.shape
-    positions = None
-    if q_positions is not None:
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-            raise ValueError("the Triton kernel computes gradients of full causal rows only (no q_positions)")
-        positions = q_positions.to(device=q.device, dtype=torch.int32).reshape(-1).contiguous()
-        if positions.numel() != N:
-            raise ValueError(f"q_positions has {positions.numel()} entries for {N} query rows")
+    positions = _positions(q, k, v, q_positions)
     if N == 0 or k.shape[2] == 0:
         out = q.new_zeros(q.shape)
         empty = q.new_zeros((B, H, N), dtype=torch.float32)
         return (out, empty, empty.clone()) if return_stats else out
+    o, ent, sup = _attend(q, k, v, alpha_t, slopes_t, scale_f, bool(causal), _pow_mode(alpha), positions,
+                          bool(return_stats))
+    return (o, ent, sup) if return_stats else o
+
+
+def _positions(q: Tensor, k: Tensor, v: Tensor, q_positions: Tensor | None) -> Tensor | None:
+    """The kernels' (Nq,) int32 query positions, or None for full causal rows (which alone have a
+    gradient)."""
+    if q_positions is None:
+        return None
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise ValueError("the Triton kernel computes gradients of full causal rows only (no q_positions)")
+    positions = q_positions.to(device=q.device, dtype=torch.int32).reshape(-1).contiguous()
+    if positions.numel() != q.shape[2]:
+        raise ValueError(f"q_positions has {positions.numel()} entries for {q.shape[2]} query rows")
+    return positions
+
+
+def _attend(
+    q: Tensor, k: Tensor, v: Tensor, alpha: Tensor, slopes: Tensor | None, scale: float, causal: bool,
+    pow_mode: int, positions: Tensor | None, stats: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The launcher on checked arguments (α and slopes per head, fp32 on q's device): (output,
+    entropy, support), the last two empty without ``stats``."""
     # Only dq and dk need Σ_j u_ij v_j; skip that extra product when neither will be asked for.
     store_vu = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
     o, _tau, _logs, _vu, _map, ent, sup = _entmax_fwd_op(
-        q, k, v, alpha_t, slopes_t, positions, scale_f, bool(causal), _pow_mode(alpha), store_vu,
-        bool(return_stats),
+        q, k, v, alpha, slopes, positions, scale, causal, pow_mode, store_vu, stats,
     )
-    return (o, ent, sup) if return_stats else o
+    return o, ent, sup
 
 
 def _pow_mode(alpha: float | Tensor) -> int:
@@ -416,13 +428,20 @@ def _pow_mode(alpha: float | Tensor) -> int:
     return {1.5: 1, 2.0: 2}.get(float(alpha), 0)
 
 
-def triton_path(q: Tensor, k: Tensor, v: Tensor, prob: Any, normalizer: Any, rows: Tensor | None) -> Any:
-    """The engine's ``triton`` path for an ``Entmax`` normalizer (stats only for ``rows``)."""
-    result = triton_entmax_attention(
-        q, k, v, normalizer.alpha, prob.causal, prob.slopes_or_none(), prob.scale,
-        q_positions=None if prob.full_rows else prob.q_positions, return_stats=rows is not None,
+def triton_path(q: Tensor, k: Tensor, v: Tensor, prob: Any, normalizer: Any, rows: Tensor | None,
+                *, alpha: Tensor) -> Any:
+    """The engine's ``triton`` path for an ``Entmax`` normalizer (stats only for ``rows``). The
+    engine validated the problem and α per head (``alpha``, float64 on the CPU), so only what the
+    kernels can run is checked here before the launcher."""
+    _load_kernels()
+    _check_runs(q, k, v)
+    positions = _positions(q, k, v, None if prob.full_rows else prob.q_positions)
+    slopes = prob.slopes_or_none()
+    out, entropy, support = _attend(
+        q, k, v, on_device(alpha, q.device, torch.float32),
+        None if slopes is None else on_device(slopes, q.device, torch.float32),
+        prob.scale, prob.causal, _pow_mode(normalizer.alpha), positions, rows is not None,
     )
     if rows is None:
-        return result, None, None
-    out, entropy, support = result
+        return out, None, None
     return out, entropy[:, :, rows], support[:, :, rows]

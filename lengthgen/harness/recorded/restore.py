@@ -16,11 +16,12 @@ the training state saved there, as a stopped run does in its own folder.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from lengthgen.errors import UserError
-from lengthgen.harness.reevaluate import sweep_data_file
-from lengthgen.harness.verify import (
+from lengthgen.harness.recorded.saved import sweep_data_file
+from lengthgen.harness.recorded.verify import (
     compare,
     plugin_problem,
     published_runs,
@@ -88,3 +89,13 @@ def models_to_restore(path: Path) -> list[tuple[Path, Path]]:
         except UserError:  # only failed rows: nothing to restore
             continue
     return found
+
+
+def restore_models(path: Path, tell: Callable[[str], None] = print) -> None:
+    """``lengthgen eval --restore``: restore every run under ``path`` whose model is gone
+    (:func:`models_to_restore`), saying what it does through ``tell``."""
+    for run_dir, data in models_to_restore(path):
+        tell(f"restore {run_dir.name}: training it again from its recorded config")
+        warning = restore_run(run_dir, data)
+        tell(f"restore {run_dir.name}: its recorded rows reproduce"
+             + (f" within the tolerance ({warning})" if warning else " exactly"))

@@ -1,10 +1,11 @@
 """Which run a results row belongs to, and which code made it: the columns every writer of rows
 fills the same way (a run, a sweep recording a run that died, ``lengthgen eval``).
 
-A run's id is ``task-attn-pos-s<seed>-<hash8>`` (``run_id_of``) made safe as a folder name
-(``safe_name``): the name of its run folder and of its sweep data file (``run_key``). A row made
-by a run or ``lengthgen eval`` also names the distribution that provided its backend
-(``backend_package``); a row recorded for a run that died may not be able to.
+A run's id is ``task-attn-pos-s<seed>-<hash8>`` (``run_id_of``; the hash is the config's own,
+``config.config_hash_of`` of its recorded JSON) made safe as a folder name (``safe_name``): the
+name of its run folder and of its sweep data file (``run_key``). A row made by a run or
+``lengthgen eval`` also names the distribution that provided its backend (``backend_package``); a
+row recorded for a run that died may not be able to.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from lengthgen import provenance
 from lengthgen.config import RunConfig
 
-__all__ = ["backend_package", "config_hash_of", "made_now", "run_columns", "run_id_of", "run_key",
+__all__ = ["backend_package", "made_now", "run_columns", "run_id_of", "run_key",
            "safe_name"]
 
 
@@ -32,11 +33,6 @@ def safe_name(text: str, max_length: int = 120) -> str:
     if len(name) > max_length:
         name = f"{name[: max_length - 9]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
     return name
-
-
-def config_hash_of(config_json: str) -> str:
-    """The hash a run records for its config: the first 16 hex digits of SHA-256 of the JSON text."""
-    return hashlib.sha256(config_json.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def run_id_of(config: RunConfig, config_hash: str) -> str:

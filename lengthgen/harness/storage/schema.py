@@ -8,7 +8,7 @@ that config ran: its ``task``, ``attn``, ``pos``, ``seed`` and ``preset`` are th
 ``config_hash`` is the hash of the recorded JSON and its ``run_id`` is the id that hash gives.
 Validating a config never imports anything: backends and tasks are names here, not code.
 
-:func:`row_problems` gives the reason of every bad row; ``lengthgen.harness.results`` skips those
+:func:`row_problems` gives the reason of every bad row; ``lengthgen.harness.storage.results`` skips those
 rows with one warning per file.
 """
 
@@ -25,11 +25,11 @@ import pandas as pd
 from pydantic import ValidationError
 
 from lengthgen import limits
-from lengthgen.config import RunConfig, validation_message
-from lengthgen.harness.identity import config_hash_of, run_id_of
+from lengthgen.choices import SELECTIONS
+from lengthgen.config import RunConfig, config_hash_of, validation_message
+from lengthgen.harness.storage.identity import run_id_of
 
 STATUSES: tuple[str, ...] = ("ok", "failed")
-SELECTIONS: tuple[str, ...] = ("id", "8x")
 #: Columns holding a fraction (a rate or a normalized entropy) when present.
 FRACTIONS: tuple[str, ...] = ("exact_match", "exact_match_lo", "exact_match_hi", "token_accuracy",
                               "attn_entropy", "val_exact_id", "val_exact_8x")
@@ -171,7 +171,7 @@ def _measurements(row: dict[str, Any]) -> None:
         for column, value in present.items():
             if _missing(value):
                 raise BadRow(f"an ok row has no {column}")
-    if factor is not None and (factor & (factor - 1) or factor > limits.MAX_LENGTH):
+    if factor is not None and (not limits.is_power_of_two(factor) or factor > limits.MAX_LENGTH):
         raise BadRow(f"factor {factor} is not a power of two up to {limits.MAX_LENGTH:,}")
     for column, value in (("eval_length", length), ("train_length", train_length)):
         if value is not None and value > limits.MAX_LENGTH:

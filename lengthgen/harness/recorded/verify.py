@@ -49,8 +49,8 @@ from lengthgen import limits, provenance
 from lengthgen.config import RunConfig, parse_json
 from lengthgen.errors import UserError, exception_line
 from lengthgen.files import atomic_write, read_text
-from lengthgen.harness.identity import run_key
-from lengthgen.harness.results import check_results_file, load_results, results_files, results_source
+from lengthgen.harness.storage.identity import run_key
+from lengthgen.harness.storage.results import check_results_file, load_results, results_files, results_source
 from lengthgen.progress import Shown
 from lengthgen.registry import RegistryError, reading_data
 
@@ -193,19 +193,20 @@ def plugin_problem(config: RunConfig) -> str:
 def rederive(config: RunConfig, factors: list[int], work: Path, device: str,
              threads: int | None, progress: Shown = False) -> pd.DataFrame:
     """Train the config in ``work`` and evaluate it at ``factors`` (past its ``max_factor`` too)."""
-    from lengthgen.harness.reevaluate import load_saved_run, plan_evaluation, run_evaluation
+    from lengthgen.harness.recorded.reevaluate import plan_evaluation, run_evaluation
+    from lengthgen.harness.recorded.saved import load_saved_run
     from lengthgen.harness.run import execute
 
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        rows = execute(config, work, device_name=device, progress=progress)
+        rows = execute(config, work, device=device, progress=progress)
         extra = [f for f in factors if f > config.eval.max_factor]
         if extra and (rows["status"] == "ok").all():
             saved = load_saved_run(work / run_key(config))
             plan = plan_evaluation(saved, max_factor=max(extra))
-            outcome = run_evaluation(plan, extra, device_name=device, progress=False)
+            outcome = run_evaluation(plan, extra, device=device, progress=False)
             rows = pd.concat([rows, outcome.rows], ignore_index=True)
     finally:
         torch.set_num_threads(before)
@@ -302,12 +303,17 @@ def check_run(run_id: str, published: pd.DataFrame, work: Path, device: str) -> 
     return RunCheck(run_id, False, difference, warning, **rows)
 
 
+def check_sample(sample: int | None) -> None:
+    """How many runs to re-derive: None (all of them) or at least one."""
+    if sample is not None and sample < 1:
+        raise UserError(f"--sample must be at least 1, got {sample}")
+
+
 def choose(run_ids: list[str], sample: int | None, seed: int) -> list[str]:
     """``sample`` runs drawn with a seeded sampler (all of them when ``sample`` is None)."""
+    check_sample(sample)
     if sample is None or sample >= len(run_ids):
         return sorted(run_ids)
-    if sample < 1:
-        raise UserError(f"--sample must be at least 1, got {sample}")
     return sorted(random.Random(seed).sample(sorted(run_ids), sample))
 
 

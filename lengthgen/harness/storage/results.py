@@ -3,7 +3,7 @@
 Plots and leaderboards are pure functions of these rows. A run that failed still leaves a row
 (status ``failed`` with its error) so a sweep can report it instead of losing it. This is the one
 reader of result files (``leaderboard``, ``plot``, ``eval``, ``load_results``): result folders may
-come from someone else, so every row is checked (``lengthgen.harness.schema``) before anything
+come from someone else, so every row is checked (``lengthgen.harness.storage.schema``) before anything
 uses it. Reading is forgiving: a truncated, empty or foreign file, or bad rows, next to good ones
 are skipped with one warning line per file that names it, so one bad file never hides the others.
 """
@@ -21,7 +21,7 @@ import pandas as pd
 from lengthgen import provenance
 from lengthgen.errors import UserError, UserNotice, exception_line
 from lengthgen.files import atomic_write
-from lengthgen.harness.schema import AMOUNTS, COUNTS, FRACTIONS, row_problems
+from lengthgen.harness.storage.schema import AMOUNTS, COUNTS, FRACTIONS, row_problems
 
 #: Column order of every results table (documented in the README).
 COLUMNS: tuple[str, ...] = (
@@ -76,7 +76,7 @@ class CheckedFile:
 
 
 def check_results_file(path: Path) -> CheckedFile:
-    """Read one results file and check every row (``lengthgen.harness.schema``), warning nobody. A
+    """Read one results file and check every row (``lengthgen.harness.storage.schema``), warning nobody. A
     symbolic link is not followed: a result folder from someone else could point anywhere."""
     if path.is_symlink():
         return CheckedFile(None, f"skipped {path}: a symbolic link (lengthgen reads no file through a link; "
@@ -112,7 +112,7 @@ def read_results_file(path: Path) -> pd.DataFrame | None:
     """The usable rows of one results file, or None when none is usable.
 
     A file that cannot be read, or lacks a required column, is skipped with one warning line
-    naming it; rows that fail the checks of ``lengthgen.harness.schema`` are skipped with one
+    naming it; rows that fail the checks of ``lengthgen.harness.storage.schema`` are skipped with one
     warning line for the file, naming the first bad row and its reason.
     """
     checked = check_results_file(path)
@@ -159,6 +159,15 @@ def results_source(path: str | os.PathLike[str]) -> Path:
     if not root.exists():
         raise UserError(f"no results under {str(path)!r}: no such file or folder")
     return root / "data" if (root / "data").is_dir() else root
+
+
+def usable(rows: pd.DataFrame, where: str) -> pd.DataFrame:
+    """``rows``, or the one-line ``UserError`` of a command given ``where`` (its paths, quoted)
+    without any usable results file."""
+    if rows.empty:
+        raise UserError(f"no usable results under {where} (expected DIR/data/*.parquet from a sweep, "
+                        "or results.parquet files)")
+    return rows
 
 
 def load_results(path: str | os.PathLike[str]) -> pd.DataFrame:

@@ -18,10 +18,9 @@ import numpy as np
 import torch
 
 from lengthgen.harness.evaluate import TEST_SEED, test_batches
-from lengthgen.harness.reevaluate import open_trained
+from lengthgen.harness.recorded.saved import open_trained
 from lengthgen.model import Transformer
 from lengthgen.registry import reading_data
-from lengthgen.tasks import get_task
 from lengthgen.tasks.base import Task
 
 
@@ -78,13 +77,13 @@ class RunProfile:
 
 
 @reading_data()  # names from the folder's config: data, as in open_trained
-def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto",
+def profile_run(run_dir: Path, factor: int, n_samples: int, device: str | torch.device = "auto",
                 task_params: Mapping[str, Any] | None = None) -> RunProfile:
     """Load the trained run in ``run_dir`` and score its answers position by position at L·``factor``."""
-    trained = open_trained(run_dir, factor, n_samples, device_name, task_params)
+    trained = open_trained(run_dir, factor, n_samples, device, task_params)
     config, task = trained.run.config, trained.task
-    trained_task = get_task(config.task, **config.task_params)  # what training scored, not the variant
-    training_sample = trained_task.sample(1, config.train.train_length, seed=TEST_SEED, split="eval")
+    # what training scored: the run's own task, not the variant
+    training_sample = trained.tasks.trained.sample(1, config.train.train_length, seed=TEST_SEED, split="eval")
     last = int(training_sample.loss_mask.sum())
     accuracy = accuracy_by_position(trained.model, task, trained.length, n_samples, config.eval.batch_tokens,
                                     trained.device)

@@ -37,7 +37,7 @@ from torch import Tensor
 from lengthgen.attention.backend import AttentionBackend
 from lengthgen.harness.batches import ModelBatch, score
 from lengthgen.harness.evaluate import TEST_SEED, test_batches
-from lengthgen.harness.reevaluate import open_trained
+from lengthgen.harness.recorded.saved import open_trained
 from lengthgen.kernels.problem import prepare, score_block
 from lengthgen.model import Transformer
 from lengthgen.registry import reading_data
@@ -229,10 +229,10 @@ def _batch_tokens(task: Task, length: int, model: Transformer) -> int:
 
 
 @reading_data()  # names from the folder's config: data, as in open_trained
-def profile_run(run_dir: Path, factor: int, n_samples: int, device_name: str = "auto",
+def profile_run(run_dir: Path, factor: int, n_samples: int, device: str | torch.device = "auto",
                 task_params: Mapping[str, Any] | None = None) -> HeadsReport:
     """Load the trained run in ``run_dir`` and profile its heads at L·``factor``."""
-    trained = open_trained(run_dir, factor, n_samples, device_name, task_params)
+    trained = open_trained(run_dir, factor, n_samples, device, task_params)
     batch_tokens = _batch_tokens(trained.task, trained.length, trained.model)
     accuracy, heads = profile_heads(trained.model, trained.task, trained.length, n_samples, batch_tokens,
                                     trained.device)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from lengthgen.harness.results import conform, read_results_file, write_parquet_atomic
+from lengthgen.harness.storage.results import conform, read_results_file, write_parquet_atomic
 
 #: A row is replaced by a new one with the same values here.
 ROW_KEY: tuple[str, ...] = ("run_id", "eval_length", "eval_variant")
