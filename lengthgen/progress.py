@@ -4,9 +4,10 @@ tqdm redraws its bar with carriage returns, which a terminal overwrites but a lo
 1,500-step run wrote thousands of updates into a ``nohup`` log. So without a terminal on stderr,
 a long loop reports a line every tenth of the way or every 30 seconds, whichever comes first, with
 its position, rate and the figures it was given (loss, accuracy); loops meant only for a live
-display (one evaluation length) stay silent there. A run inside a sweep shows ``"log"`` progress:
-nothing in a terminal, whose one bar is the sweep's, and a line every tenth of its training in a
-log, so a log of hour-long runs says where each stands without growing by a line every 30 s.
+display (one evaluation length) stay silent there and say one line when done (:func:`log_line`).
+A run inside a sweep shows ``"log"`` progress: nothing in a terminal, whose one bar is the
+sweep's, and a line every tenth of its training and one per evaluated length in a log, so a log
+of hour-long runs says where each stands without growing by a line every 30 s.
 """
 
 from __future__ import annotations
@@ -96,6 +97,13 @@ def in_terminal(file: TextIO | None = None) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def log_line(line: str, enabled: Shown = True, file: TextIO | None = None) -> None:
+    """``line`` in a log only: a terminal already shows the live bar, and a long evaluation length
+    that is silent in a log (``live_only``) would otherwise say nothing for an hour."""
+    if enabled and not in_terminal(file):
+        print(line, file=file or sys.stderr, flush=True)
 
 
 def display(total: int, desc: str, *, enabled: Shown = True, unit: str = "it", live_only: bool = False,

@@ -67,6 +67,10 @@ def test_a_sweep_logged_to_a_file_says_where_each_run_stands(tmp_path: Path) -> 
     for seed in (0, 1):
         lines = re.findall(rf"train flip_flop-softmax-nape-s{seed}-[0-9a-f]{{8}}: (\d+)/100 steps.*", text)
         assert lines == [str(n) for n in range(10, 101, 10)], text
+        run = rf"flip_flop-softmax-nape-s{seed}-[0-9a-f]{{8}}"
+        evaluated = re.findall(rf"eval {run}: (\d+)x \(length (\d+)\): "
+                               r"\d+\.\d% exact match over 8 samples in \d+\.\d (?:s|min)", text)
+        assert evaluated == [("1", "32"), ("2", "64")], text  # one line per length, each when it is done
     assert "val=" in text
 
 
@@ -76,3 +80,4 @@ def test_a_run_logged_to_a_file_stays_short(tmp_path: Path) -> None:
                    "--out", str(tmp_path / "runs"))
     assert len(text.splitlines()) < 25, text
     assert re.search(r"train flip_flop-softmax-nape-s0-[0-9a-f]{8}: 200/200 steps \(100%\)", text)
+    assert re.findall(r"eval flip_flop-softmax-nape-s0-[0-9a-f]{8}: (\d+)x", text) == ["1", "2", "4"], text
