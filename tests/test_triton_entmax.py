@@ -430,4 +430,5 @@ def test_a_training_run_compiles_a_few_kernels_whatever_its_lengths(monkeypatch)
     # 3 each while the lengths were specialized on
     assert counts == {"threshold": 1, "output": 1, "dq": 1, "dkdv": 1}
     # fused multiply-adds asked for by every launch, not left to a Triton default that may change
-    assert all(kwargs.get("enable_fp_fusion") is True for recorded in calls.values() for _, kwargs in recorded)
+    launches = [kwargs for recorded in calls.values() for _, kwargs in recorded]
+    assert all(kwargs.get("enable_fp_fusion") is True for kwargs in launches)
