@@ -36,13 +36,18 @@ def _intro(source: StudySource) -> str:
             "recorded so far.")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def render_section(source: StudySource) -> tuple[list[str], list[str], dict[str, bytes]]:
     """The section's Markdown lines, HTML blocks and figure files (``plots/budget*.svg``)."""
     study = points(source.rows) if not source.rows.empty else []
     status = missing_note(study, source.planned_runs)
     trends = [trend(study, attn, min(p.width for p in study))
               for attn in sorted({p.attn for p in study})] if study else []
-    trend_lines = [f"{t.attn} ({t.seeds} seeds over {t.budgets} budgets): {t.verdict}" for t in trends]
+    trend_lines = [f"{t.attn} ({_count(t.seeds, 'seed')} over {_count(t.budgets, 'budget')}): {t.verdict}"
+                   for t in trends]
     md = [f"## {TITLE}", "", md_prose(_intro(source)), "", f"*Status: {status}.*", ""]
     html = [f'<h2 id="budget">{TITLE}</h2>', f"<p>{html_page.code_spans(_intro(source))}</p>",
             f'<p class="meta">Status: {html_page.html.escape(status)}.</p>']
