@@ -99,6 +99,17 @@ def in_terminal(file: TextIO | None = None) -> bool:
         return False
 
 
+def format_seconds(seconds: float | None) -> str:
+    """A duration as a log or a plan listing shows it: ``45 s``, ``29 min``, ``2.2 h``."""
+    if seconds is None:
+        return "unknown"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def log_line(line: str, enabled: Shown = True, file: TextIO | None = None) -> None:
     """``line`` in a log only: a terminal already shows the live bar, and a long evaluation length
     that is silent in a log (``live_only``) would otherwise say nothing for an hour."""

@@ -69,7 +69,7 @@ def test_a_sweep_logged_to_a_file_says_where_each_run_stands(tmp_path: Path) -> 
         assert lines == [str(n) for n in range(10, 101, 10)], text
         run = rf"flip_flop-softmax-nape-s{seed}-[0-9a-f]{{8}}"
         evaluated = re.findall(rf"eval {run}: (\d+)x \(length (\d+)\): "
-                               r"\d+\.\d% exact match over 8 samples in \d+\.\d (?:s|min)", text)
+                               r"\d+\.\d% exact match over 8 samples in \d+ (?:s|min)", text)
         assert evaluated == [("1", "32"), ("2", "64")], text  # one line per length, each when it is done
     assert "val=" in text
 

@@ -34,7 +34,7 @@ from lengthgen.harness.storage.store import run_lock, save_rows
 from lengthgen.harness.tracking import EVAL_FIELDS, Tracker, open_tracker
 from lengthgen.harness.train import TrainResult, train
 from lengthgen.model import Transformer
-from lengthgen.progress import Shown, log_line
+from lengthgen.progress import Shown, format_seconds, log_line
 from lengthgen.tasks import get_task
 from lengthgen.tasks.base import Task
 
@@ -130,12 +130,11 @@ def evaluate_lengths(model: Transformer, task: Task, config: RunConfig, factors:
 
 def length_line(run_id: str, result: LengthResult, variant: str = "") -> str:
     """One evaluated length for a log: ``eval RUN: 1024x (length 65,536): 3.1% exact match over 64
-    samples in 28.4 min``."""
+    samples in 28 min``."""
     on = f" [{variant}]" if variant else ""
-    seconds = result.eval_seconds
-    took = f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
     return (f"eval {run_id}{on}: {result.factor}x (length {result.eval_length:,}): "
-            f"{100 * result.exact_match:.1f}% exact match over {result.n_samples} samples in {took}")
+            f"{100 * result.exact_match:.1f}% exact match over {result.n_samples} samples "
+            f"in {format_seconds(result.eval_seconds)}")
 
 
 def save_training_rows(run_dir: Path, rows: list[dict[str, Any]]) -> pd.DataFrame:

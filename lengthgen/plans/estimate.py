@@ -214,16 +214,6 @@ def _sequence_tokens(task: str, params: str, length: int) -> int:
     return sequence_tokens(get_task(task, **json.loads(params)), length)
 
 
-def format_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def total(values: Sequence[float | None]) -> tuple[float, int]:
     """The sum of the known estimates and the number of unknown ones."""
     return sum(v for v in values if v is not None), sum(v is None for v in values)

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lengthgen.plans.estimate import format_seconds
 from lengthgen.plans.plan import BlockState, BoardPlan, Work, survey
-from lengthgen.progress import Shown, in_terminal
+from lengthgen.progress import Shown, format_seconds, log_line
 from lengthgen.sweeps import data_path, failed_frame, record_if_missing, run_one, run_path, terminate_workers
 
 if TYPE_CHECKING:
@@ -79,12 +78,11 @@ def evaluate_recorded(out: str, work: Work, device: str, progress: Shown = False
     finished = [time.perf_counter()]
 
     def said(result: LengthResult) -> None:
-        if progress == "log" and not in_terminal():
-            now = time.perf_counter()
-            what = f" on {work.label}" if work.variant is not None else ""
-            print(f"evaluate {work.key}{what}: {result.factor}x done, {len(finished)}/{len(factors)} lengths "
-                  f"({format_seconds(now - finished[-1])})", file=sys.stderr, flush=True)
-            finished.append(now)
+        now = time.perf_counter()
+        what = f" on {work.label}" if work.variant is not None else ""
+        log_line(f"evaluate {work.key}{what}: {result.factor}x done, {len(finished)}/{len(factors)} lengths "
+                 f"({format_seconds(now - finished[-1])})", enabled=progress == "log")
+        finished.append(now)
 
     outcome = run_evaluation(plan, factors, device=device, progress=False, on_length=said)
     if outcome.error:

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lengthgen.config import RunConfig
-from lengthgen.plans.estimate import Timings, format_seconds, total
+from lengthgen.plans.estimate import Timings, total
 from lengthgen.plans.execute import pending_extensions
 from lengthgen.plans.plan import Block, BlockState, Work, configs_at, extension_factors
+from lengthgen.progress import format_seconds
 
 
 def resumes_mark(step: int | None) -> str:
