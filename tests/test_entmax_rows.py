@@ -87,3 +87,37 @@ def test_the_engine_takes_the_kernel_only_where_it_applies(monkeypatch: pytest.M
     expected = torch.stack([_reference(z[:, h], a) for h, a in enumerate((1.5, 1.25, 2.0))], 1)
     assert torch.allclose(per_head.probs(z).double(), expected, atol=2e-6, rtol=0)
     assert torch.allclose(scalar.probs(z).double(), _reference(z, 1.5), atol=2e-6, rtol=0)
+
+
+@pytest.mark.parametrize("alpha", ALPHAS)
+@pytest.mark.parametrize("kind", ["random", "wide", "flat"])
+def test_the_fused_backward_is_the_torch_backward_bit_for_bit(alpha: float, kind: str) -> None:
+    """Training's recorded runs re-derive only if the faster backward rounds exactly as the torch
+    expression of ``functional.entmax`` does (``lengthgen verify``)."""
+    from lengthgen.functional.entmax import entmax_backward
+
+    assert not row_solver.BACKWARD.unavailable_reason()
+    z = _scores(kind)
+    p = entmax_rows(z, alpha)
+    g = torch.randn(z.shape, generator=torch.Generator().manual_seed(2)) * 3
+    expected = entmax_backward(p, g, alpha)
+    assert torch.equal(row_solver.entmax_rows_backward(p, g, alpha), expected)
+    # a gradient in another layout takes the torch expression, with the same values
+    strided = g.transpose(-1, -2).contiguous().transpose(-1, -2)
+    assert not strided.is_contiguous()
+    assert torch.equal(row_solver.entmax_rows_backward(p, strided, alpha), expected)
+
+
+def test_training_gradients_go_through_the_fused_backward(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[float] = []
+    real = row_solver.entmax_rows_backward
+
+    def counted(p: torch.Tensor, grad: torch.Tensor, alpha: float) -> torch.Tensor:
+        calls.append(alpha)
+        return real(p, grad, alpha)
+
+    monkeypatch.setattr(row_solver, "entmax_rows_backward", counted)
+    z = _scores("random").requires_grad_()
+    entmax_rows(z, 1.5).square().sum().backward()
+    assert calls == [1.5]
+    assert z.grad is not None and bool(torch.isfinite(z.grad).all())
