@@ -236,9 +236,13 @@ def score_block(
         scores = scores + (rows[..., :, None] - cumulative[..., None, :n_k]).to(scores.dtype)
     if causal and q_pos.numel():
         # the earliest query's position bounds the masked keys; reading it on an accelerator would
-        # make the host wait, so there the mask covers every key (the same scores either way)
-        first = int(q_pos.min()) + 1 if q_pos.device.type == "cpu" else 0
-        if first < n_k:
-            future = k_pos[None, first:] > q_pos[:, None]
-            scores[..., first:].masked_fill_(future, float("-inf"))
+        # make the host wait, so there the mask covers every key (the same scores either way). A
+        # differentiable block is masked whole: filling a slice of it in place makes autograd copy
+        # the whole gradient block twice in the backward.
+        on_cpu = q_pos.device.type == "cpu" and not scores.requires_grad
+        first = int(q_pos.min()) + 1 if on_cpu else 0
+        if first == 0:
+            scores.masked_fill_(k_pos[None, :] > q_pos[:, None], float("-inf"))
+        elif first < n_k:
+            scores[..., first:].masked_fill_(k_pos[None, first:] > q_pos[:, None], float("-inf"))
     return scores
