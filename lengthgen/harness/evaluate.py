@@ -17,6 +17,7 @@ import torch
 from lengthgen.attention.backend import AttentionStats
 from lengthgen.config import EvalConfig
 from lengthgen.harness.batches import ModelBatch, score
+from lengthgen.harness.host_memory import reuse_freed_memory
 from lengthgen.harness.storage.schema import wilson_interval
 from lengthgen.model import Transformer
 from lengthgen.progress import Shown, display
@@ -59,6 +60,7 @@ def evaluate_length(
     model: Transformer, task: Task, length: int, factor: int, config: EvalConfig,
     device: torch.device, n_samples: int | None = None, progress: Shown = True,
 ) -> LengthResult:
+    reuse_freed_memory()
     model.eval()
     tokens = sequence_tokens(task, length)
     n = n_samples if n_samples is not None else config.samples_at(tokens)

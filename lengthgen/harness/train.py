@@ -20,6 +20,7 @@ import torch
 
 from lengthgen.config import RunConfig
 from lengthgen.harness.batches import ModelBatch, masked_loss, score
+from lengthgen.harness.host_memory import reuse_freed_memory
 from lengthgen.harness.prefetch import prefetched
 from lengthgen.harness.resume import TrainingProgress, load_progress, save_progress
 from lengthgen.harness.storage.identity import run_key
@@ -136,6 +137,7 @@ def train(
     state is saved there at every validation, and a state found there is resumed. ``prefetch``
     makes each step's batch while the previous step computes (``harness.prefetch``; the same
     batches either way)."""
+    reuse_freed_memory()
     t = config.train
     tracker = tracker or Tracker()
     optimizer = torch.optim.AdamW(
