@@ -297,6 +297,9 @@ def test_a_missing_run_whose_training_was_stopped_is_listed_with_the_steps_left(
     plain = missing_run_lines([seed_1, seed_2], str(out), timings)
     assert plain[0].endswith("~34 s, resumes its saved training at step 2")
     assert plain[1].endswith("~64 s") and plain[2] == "missing: 2 of 2 runs; estimated CPU time 2 min"
+    _stopped_at(out, seed_1, seed_1, step=seed_1.train.steps)  # trained, stopped while it evaluated
+    line = next(line for line in dry_run_lines(survey(plan, out), timings) if run_key(seed_1) in line)
+    assert line.endswith("~4 s, trained: evaluates the lengths it had not finished")
 
 
 def test_a_state_the_run_would_not_resume_is_not_listed_as_resuming(

@@ -163,3 +163,40 @@ def test_a_restore_stopped_mid_training_resumes_from_its_scratch_folder(tmp_path
     assert min(seen.steps) > 20  # steps 1..20 were not trained again
     assert (run_dir / "model.pt").read_bytes() == model and not scratch.exists()
     pd.testing.assert_frame_equal(pd.read_parquet(run_dir / "results.parquet"), recorded)
+
+
+def test_a_run_stopped_while_it_evaluated_keeps_its_lengths_and_does_not_train_again(
+    tmp_path, monkeypatch, learning_config: Callable[..., RunConfig]
+):
+    """A kill during evaluation (a budget study's longest length takes half an hour) costs the
+    length in progress, not the training nor the lengths finished."""
+    config = learning_config("softmax", **SETTINGS)
+    factors = config.eval.factors()
+    assert len(factors) >= 2
+    real_length = run_module.evaluate_length
+    evaluated: list[int] = []
+
+    def evaluate_length(model, task, length, factor, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        if stop_at is not None and factor == stop_at:
+            raise KeyboardInterrupt  # what a kill during this length does
+        evaluated.append(factor)
+        return real_length(model, task, length, factor, *args, **kwargs)
+
+    monkeypatch.setattr(run_module, "evaluate_length", evaluate_length)
+    stop_at: int | None = factors[-1]
+    with pytest.raises(KeyboardInterrupt):
+        execute(config, tmp_path / "a", progress=False)
+    run_dir = tmp_path / "a" / run_columns(config)["run_id"]
+    assert (run_dir / STATE_FILE).is_file()
+    stop_at, evaluated[:] = None, []
+    seen = StopAt()
+    monkeypatch.setattr(run_module, "open_tracker", lambda *args: seen)
+    resumed = execute(config, tmp_path / "a", progress=False)
+    assert seen.steps == []  # no step trained again
+    assert evaluated == [factors[-1]]  # the lengths it finished are kept
+    assert not (run_dir / STATE_FILE).exists()
+    monkeypatch.undo()
+    fresh = execute(config, tmp_path / "b", progress=False)
+    volatile = ["train_seconds", "eval_seconds", "created_at"]
+    pd.testing.assert_frame_equal(resumed.drop(columns=volatile), fresh.drop(columns=volatile))
+    assert resumed["train_seconds"].nunique() == 1

@@ -1,8 +1,10 @@
 """One run end to end: build, train short, evaluate long, write the run folder.
 
 The run folder holds ``config.json``, ``model.pt``, ``results.parquet`` (one row per evaluation
-length), ``train_history.json`` (the learning curve) and ``accuracy_vs_length.png``; while it trains,
-also ``train_state.pt``, from which a stopped run resumes (``lengthgen.harness.resume``). Every file is
+length), ``train_history.json`` (the learning curve) and ``accuracy_vs_length.png``; until it has
+evaluated every length, also ``train_state.pt``, from which a stopped run resumes
+(``lengthgen.harness.resume``): one stopped while it evaluated keeps the lengths it finished and
+evaluates the rest, without training again. Every file is
 written atomically (``lengthgen.files``); a failed run (NaN loss, out of memory, an exception, a
 plugin that calls ``sys.exit``) still writes its rows with ``status = failed`` and its traceback in
 ``error.txt``, which a later successful run of the same config removes. The rows are saved after
@@ -30,7 +32,7 @@ from lengthgen.harness.plots import plot_accuracy_vs_length
 from lengthgen.harness.resume import STATE_FILE
 from lengthgen.harness.storage.identity import backend_package, made_now, run_columns
 from lengthgen.harness.storage.results import rows_to_frame
-from lengthgen.harness.storage.store import run_lock, save_rows
+from lengthgen.harness.storage.store import current_rows, run_lock, save_rows
 from lengthgen.harness.tracking import EVAL_FIELDS, Tracker, open_tracker
 from lengthgen.harness.train import TrainResult, train
 from lengthgen.model import Transformer
@@ -144,12 +146,29 @@ def save_training_rows(run_dir: Path, rows: list[dict[str, Any]]) -> pd.DataFram
         return save_rows(run_dir / "results.parquet", rows_to_frame(rows), replace_variant="")
 
 
+def _evaluated_rows(run_dir: Path, base: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lengths this attempt evaluated before it was stopped (its training rows of the same
+    config); the rows still to come state the training time these do."""
+    with run_lock(run_dir):
+        frame = current_rows(run_dir / "results.parquet")
+    if frame is None:
+        return []
+    mine = frame[(frame["eval_variant"] == "") & (frame["status"] == "ok")
+                 & (frame["config_hash"] == base["config_hash"])]
+    rows = mine.to_dict("records")
+    if rows:
+        base["train_seconds"] = rows[0]["train_seconds"]
+    return rows
+
+
 def _train_and_evaluate(
     config: RunConfig, run_dir: Path, base: dict[str, Any], device: torch.device, progress: Shown,
     on_length: Callable[[LengthResult], None] | None, tracker: Tracker,
 ) -> pd.DataFrame:
     torch.manual_seed(config.seed)  # only for anything a plugin draws from the global RNG
     state_path = run_dir / STATE_FILE
+    if not state_path.is_file() and (run_dir / "results.parquet").is_file():
+        save_training_rows(run_dir, [])  # a new attempt: training rows an earlier one left are not its own
     rows: list[dict[str, Any]] = []
     trained: TrainResult | None = None
     try:
@@ -162,10 +181,13 @@ def _train_and_evaluate(
                     val_exact_id=trained.val_exact_id, val_exact_8x=trained.val_exact_8x)
         atomic_write(run_dir / "train_history.json", json.dumps(trained.history, indent=1) + "\n")
         save_checkpoint(model, config, run_dir / "model.pt")
-        state_path.unlink(missing_ok=True)  # trained: a rerun starts over, as its config asks
-        evaluate_lengths(model, task, config, config.eval.factors(), device, base, rows,
-                         lambda done: save_training_rows(run_dir, done), tracker, progress=progress,
-                         on_length=on_length)
+        if trained.resumed_at == config.train.steps:  # stopped while it evaluated: keep its lengths
+            rows.extend(_evaluated_rows(run_dir, base))
+        done = {row["factor"] for row in rows}
+        evaluate_lengths(model, task, config, [f for f in config.eval.factors() if f not in done], device,
+                         base, rows, lambda done: save_training_rows(run_dir, done), tracker,
+                         progress=progress, on_length=on_length)
+        state_path.unlink(missing_ok=True)  # evaluated: a rerun starts over, as its config asks
     except (Exception, torch.cuda.OutOfMemoryError, SystemExit) as exc:  # SystemExit: a plugin's exit
         if isinstance(exc, OSError):
             raise  # the disk, not the run: nothing more can be written

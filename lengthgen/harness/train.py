@@ -57,6 +57,9 @@ class TrainResult:
     val_exact_id: float = float("nan")
     val_exact_8x: float = float("nan")
     history: list[dict[str, float]] = field(default_factory=list)
+    #: The step a saved state resumed this training at (0: trained from the start); ``steps`` when
+    #: the state was already fully trained (a run stopped while it evaluated).
+    resumed_at: int = 0
 
 
 def _validated(history: list[dict[str, float]]) -> dict[str, str]:
@@ -215,4 +218,5 @@ def train(
         val_exact_id=scores[1],
         val_exact_8x=scores[8],
         history=history,
+        resumed_at=saved.step if saved else 0,
     )

@@ -13,9 +13,14 @@ from lengthgen.plans.plan import Block, BlockState, Work, configs_at, extension_
 from lengthgen.progress import format_seconds
 
 
-def resumes_mark(step: int | None) -> str:
-    """Marks a missing run whose stopped training resumes (its estimate counts the steps left)."""
-    return "" if step is None else f", resumes its saved training at step {step:,}"
+def resumes_mark(step: int | None, config: RunConfig) -> str:
+    """Marks a missing run whose stopped training resumes (its estimate counts the steps left), or
+    that was stopped while it evaluated (it evaluates the lengths it had not finished)."""
+    if step is None:
+        return ""
+    if step >= config.train.steps:
+        return ", trained: evaluates the lengths it had not finished"
+    return f", resumes its saved training at step {step:,}"
 
 
 def point_label(block: Block, config: RunConfig) -> str:
@@ -101,8 +106,9 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
             else:
                 runs += 1
                 what = "screening run" if work.kind == "screen" else "run"
-            lines.append(f"  {what} {work.key}{f' ({label})' if label else ''}  ~{format_seconds(seconds)}"
-                         + _scaled_mark(work.config, timings, seconds) + resumes_mark(work.resumes_at))
+            marks = _scaled_mark(work.config, timings, seconds) + resumes_mark(work.resumes_at, work.config)
+            named = f"{work.key} ({label})" if label else work.key
+            lines.append(f"  {what} {named}  ~{format_seconds(seconds)}{marks}")
         later = _waiting_seconds(state, timings)
         if later:
             known, unknown = total(later)
@@ -140,7 +146,7 @@ def missing_run_lines(configs: Sequence[RunConfig], out: str, timings: Timings |
             for c in plan(configs, out, retry_failed=retry_failed).todo]
     estimates = [work_seconds(work, timings) for work in todo]
     lines = [f"run {work.key}  ~{format_seconds(e)}{_scaled_mark(work.config, timings, e)}"
-             + resumes_mark(work.resumes_at) for work, e in zip(todo, estimates, strict=True)]
+             + resumes_mark(work.resumes_at, work.config) for work, e in zip(todo, estimates, strict=True)]
     known, unknown = total(estimates)
     lines.append(f"missing: {len(todo)} of {len(configs)} runs; estimated CPU time {format_seconds(known)}"
                  + (f" + {unknown} without a comparable recorded run" if unknown else ""))
