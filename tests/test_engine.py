@@ -321,3 +321,35 @@ def test_every_builtin_backend_evaluates_within_tolerance_of_fp64(name: str) -> 
             got = backend(q, k, v, x, pos, slopes)
     tol = ATOL_FUSED_ADAPTIVE if name == "adaptive_temperature" else ATOL
     assert float((got.double() - want).abs().max()) <= tol
+
+
+@pytest.mark.parametrize("rows", ["all", "some"])
+@pytest.mark.parametrize("alibi", [False, True])
+def test_a_differentiable_score_block_has_autograds_numbers_bit_for_bit(rows: str, alibi: bool) -> None:
+    """Training's score block (its own backward, ``problem._ScaledMaskedScores``) against the same
+    operations recorded by autograd out of place: equal scores and q, k gradients, bit for bit, so
+    recorded runs still re-derive."""
+    from lengthgen.kernels.problem import score_block
+
+    g = torch.Generator().manual_seed(3)
+    n, scale = 29, 1 / math.sqrt(8)
+    q_pos = torch.arange(n) if rows == "all" else torch.tensor([0, 7, 28])
+    slopes = torch.tensor([0.5, 0.125, 0.0], dtype=torch.float64) if alibi else None
+    q0, k0 = torch.randn(2, 3, len(q_pos), 8, generator=g), torch.randn(2, 3, n, 8, generator=g)
+    weights = torch.randn(2, 3, len(q_pos), n, generator=g)
+
+    def gradients(block: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        (torch.softmax(block, -1) * weights).sum().backward()
+        assert q.grad is not None and k.grad is not None
+        return block.detach(), q.grad, k.grad
+
+    q, k = q0.clone().requires_grad_(), k0.clone().requires_grad_()
+    got = gradients(score_block(q, k, q_pos, slopes, scale), q, k)
+    q, k = q0.clone().requires_grad_(), k0.clone().requires_grad_()
+    expected = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if slopes is not None:
+        distance = (q_pos[:, None] - torch.arange(n)[None, :]).float()
+        expected = expected.addcmul(slopes.float()[:, None, None], distance, value=-1.0)
+    expected = expected.masked_fill(torch.arange(n)[None, :] > q_pos[:, None], -math.inf)
+    for got_t, want in zip(got, gradients(expected, q, k), strict=True):
+        assert torch.equal(got_t, want)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -225,15 +226,13 @@ def score_block(
     causal mask only covers the keys after the earliest query row.
     """
     scores = torch.matmul(q, k.transpose(-1, -2))
-    scores.mul_(scale)
-    n_k = k.shape[-2]
-    k_pos = torch.arange(n_k, device=q.device)
-    if slopes is not None:
-        distance = (q_pos[:, None] - k_pos[None, :]).to(scores.dtype)  # exact: integers < 2^24
-        scores.addcmul_(on_device(slopes, q.device, scores.dtype)[:, None, None], distance, value=-1.0)
+    k_pos = torch.arange(k.shape[-2], device=q.device)
+    if scores.requires_grad and cumulative is None and (slopes is None or not slopes.requires_grad):
+        return _ScaledMaskedScores.apply(scores, scale, slopes, q_pos, causal)
+    _scale_and_slope(scores, scale, slopes, q_pos, k_pos)
     if cumulative is not None:
         rows = cumulative.index_select(-1, q_pos.to(cumulative.device))
-        scores = scores + (rows[..., :, None] - cumulative[..., None, :n_k]).to(scores.dtype)
+        scores = scores + (rows[..., :, None] - cumulative[..., None, :k_pos.numel()]).to(scores.dtype)
     if causal and q_pos.numel():
         # the earliest query's position bounds the masked keys; reading it on an accelerator would
         # make the host wait, so there the mask covers every key (the same scores either way). A
@@ -242,7 +241,46 @@ def score_block(
         on_cpu = q_pos.device.type == "cpu" and not scores.requires_grad
         first = int(q_pos.min()) + 1 if on_cpu else 0
         if first == 0:
-            scores.masked_fill_(k_pos[None, :] > q_pos[:, None], float("-inf"))
-        elif first < n_k:
-            scores[..., first:].masked_fill_(k_pos[None, first:] > q_pos[:, None], float("-inf"))
+            scores.masked_fill_(_future(q_pos, k_pos), float("-inf"))
+        elif first < k_pos.numel():
+            scores[..., first:].masked_fill_(_future(q_pos, k_pos[first:]), float("-inf"))
     return scores
+
+
+def _scale_and_slope(scores: Tensor, scale: float, slopes: Tensor | None, q_pos: Tensor,
+                     k_pos: Tensor) -> None:
+    """scores ← scale·scores − slope·(pos_i − j), in place."""
+    scores.mul_(scale)
+    if slopes is not None:
+        distance = (q_pos[:, None] - k_pos[None, :]).to(scores.dtype)  # exact: integers < 2^24
+        scores.addcmul_(on_device(slopes, scores.device, scores.dtype)[:, None, None], distance, value=-1.0)
+
+
+def _future(q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    """(Nq, len(k_pos)): True where key k_pos[j] comes after query row i's position."""
+    return k_pos[None, :] > q_pos[:, None]
+
+
+class _ScaledMaskedScores(torch.autograd.Function):
+    """The scale, the ALiBi bias and the causal mask of a differentiable score block, in place,
+    differentiable in q·kᵀ alone. Its backward is the masked gradient scaled in place: two passes
+    where autograd's record of the three in-place operations made four (a copy, a fill, a fresh
+    product), with the same numbers (``tests/test_engine.py``)."""
+
+    @staticmethod
+    def forward(ctx: Any, raw: Tensor, scale: float, slopes: Tensor | None,  # type: ignore[override]
+                q_pos: Tensor, causal: bool) -> Tensor:
+        k_pos = torch.arange(raw.shape[-1], device=raw.device)
+        _scale_and_slope(raw, scale, slopes, q_pos, k_pos)
+        future = _future(q_pos, k_pos) if causal and q_pos.numel() else None
+        if future is not None:
+            raw.masked_fill_(future, float("-inf"))
+        ctx.mark_dirty(raw)
+        ctx.scale = scale
+        ctx.future = future
+        return raw
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        masked = grad if ctx.future is None else grad.masked_fill(ctx.future, 0.0)
+        return masked.mul_(ctx.scale) if masked is not grad else masked * ctx.scale, None, None, None, None
