@@ -166,7 +166,7 @@ def test_a_restore_stopped_mid_training_resumes_from_its_scratch_folder(tmp_path
 
 
 def test_a_run_stopped_while_it_evaluated_keeps_its_lengths_and_does_not_train_again(
-    tmp_path, monkeypatch, learning_config: Callable[..., RunConfig]
+    tmp_path, monkeypatch, capsys, learning_config: Callable[..., RunConfig]
 ):
     """A kill during evaluation (a budget study's longest length takes half an hour) costs the
     length in progress, not the training nor the lengths finished."""
@@ -191,7 +191,8 @@ def test_a_run_stopped_while_it_evaluated_keeps_its_lengths_and_does_not_train_a
     stop_at, evaluated[:] = None, []
     seen = StopAt()
     monkeypatch.setattr(run_module, "open_tracker", lambda *args: seen)
-    resumed = execute(config, tmp_path / "a", progress=False)
+    resumed = execute(config, tmp_path / "a", progress="log")
+    assert f"{factors[0]}x kept from the stopped attempt" in capsys.readouterr().err
     assert seen.steps == []  # no step trained again
     assert evaluated == [factors[-1]]  # the lengths it finished are kept
     assert not (run_dir / STATE_FILE).exists()

@@ -184,6 +184,9 @@ def _train_and_evaluate(
         if trained.resumed_at == config.train.steps:  # stopped while it evaluated: keep its lengths
             rows.extend(_evaluated_rows(run_dir, base))
         done = {row["factor"] for row in rows}
+        if done:
+            log_line(f"eval {base['run_id']}: {', '.join(f'{f}x' for f in sorted(done))} kept from the "
+                     f"stopped attempt", progress)
         evaluate_lengths(model, task, config, [f for f in config.eval.factors() if f not in done], device,
                          base, rows, lambda done: save_training_rows(run_dir, done), tracker,
                          progress=progress, on_length=on_length)
