@@ -75,9 +75,25 @@ FLAT_VERDICT = "too wide to support the extrapolation"
 
 def test_the_trend_says_when_it_supports_no_extrapolation() -> None:
     assert "no trend to fit yet" in trend(synthetic(1.5, -9.0, budgets=(3000,)), "asentmax", 128).verdict
+    two = trend(synthetic(1.5, -9.0, budgets=(3000, 12000)), "asentmax", 128)
+    assert two.slope == pytest.approx(1.5, rel=1e-6) and two.predicted is None and two.low is None
+    assert "rises by 1.50 logit units per decade" in two.verdict
+    assert "no extrapolation before 3" in two.verdict
     assert "do not support an extrapolation" in trend(synthetic(-0.5, 1.0), "asentmax", 128).verdict
     flat = trend(synthetic(0.05, -3.0, noise=2.0), "asentmax", 128)  # a rise lost in the seeds' spread
     assert flat.slope is not None and flat.slope > 0 and FLAT_VERDICT in flat.verdict
+
+
+def test_a_budget_with_one_seed_stays_out_of_the_fit() -> None:
+    """Resampling one seed gives no spread: the range would be too narrow, so the budget waits."""
+    study = synthetic(1.5, -9.0)
+    full = trend(study, "asentmax", 128)
+    first, *rest = study[-1].seeds
+    lone = [*study[:-1], Point("asentmax", 48000, 128, 48000 * 64, (first,))]
+    fitted = trend(lone, "asentmax", 128)
+    assert fitted.budgets == 2 and fitted.seeds == 6 and fitted.tested == ((3000, 3), (12000, 3), (48000, 1))
+    assert fitted.predicted is None and "48,000 steps left out (1 seed so far)" in fitted.verdict
+    assert full.predicted is not None and full.tested == ((3000, 3), (12000, 3), (48000, 3))
 
 
 def test_the_table_gives_means_seeds_and_the_paper() -> None:
@@ -95,16 +111,23 @@ def test_the_board_section_shows_the_table_the_trend_and_both_figures() -> None:
 
     scores = {(attn, steps, seed): {8: 0.97, 256: 0.3 + 0.1 * k + 0.02 * seed,
                                     1024: 0.05 + 0.1 * k + 0.01 * seed}
-              for attn in ("asentmax", "softmax") for k, steps in enumerate((3000, 12000))
+              for attn in ("asentmax", "softmax") for k, steps in enumerate((3000, 12000, 48000))
               for seed in range(3)}
     source = StudySource(study_rows(scores), 33, "leaderboard/budget.toml", "leaderboard/budget")
     files = render(make_rows(ROWS), budget=source).files
     readme = files["README.md"].decode()
-    assert f"## {TITLE}" in readme and "12 runs recorded of 33 planned, 12 tested to 1024×" in readme
+    assert f"## {TITLE}" in readme and "18 runs recorded of 33 planned, 18 tested to 1024×" in readme
     assert "| asentmax | 12,000 | 128 | 768 K | 3 |" in readme
-    assert "- asentmax (6 seeds over 2 budgets): the line reaches 95% at about" in readme
+    assert ("- asentmax (seeds 3 / 3 / 3 at 3,000 / 12,000 / 48,000 steps): the line reaches 95% at about"
+            in readme)
     assert {"plots/budget.svg", "plots/budget_near_misses.svg"} <= set(files)
     html = files["leaderboard.html"].decode()
     assert 'id="budget"' in html and html.count("data:image/svg+xml;base64,") == 5  # 3 board + 2 study
     empty = render(make_rows(ROWS), budget=StudySource(study_rows({}), 33, "p", "d")).files
     assert "0 runs recorded of 33 planned" in empty["README.md"].decode()
+
+
+def test_a_budget_with_other_seeds_names_them() -> None:
+    rows = study_rows({("asentmax", 12000, 1): {8: 0.99, 256: 0.875, 1024: 0.625}})
+    cells = [c.plain for c in budget_table(points(rows)).rows[0].cells]
+    assert cells[4] == "1" and cells[5] == "87.5 seed 1: 87.5" and cells[6] == "62.5 seed 1: 62.5"

@@ -49,7 +49,7 @@ def page_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     flip = make_rows({("softmax", 0): [1.0, 0.95, 0.9], ("entmax", 0): [0.9, 0.5, 0.1]}, task="flip_flop")
     rows = pd.concat([make_rows(ROWS, val=val), other, flip], ignore_index=True)
     scores = {(attn, steps, seed): {8: 0.97, 256: 0.3 + 0.2 * k + 0.02 * seed, 1024: 0.05 + 0.2 * k}
-              for attn in ("asentmax", "softmax") for k, steps in enumerate((3000, 12000))
+              for attn in ("asentmax", "softmax") for k, steps in enumerate((3000, 12000, 48000))
               for seed in range(3)}
     study = StudySource(study_rows(scores), 33, "leaderboard/budget.toml", "leaderboard/budget")
     write_leaderboard(rows, root, source=str(root), commit="abc1234", budget=study)

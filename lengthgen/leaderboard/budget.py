@@ -10,8 +10,9 @@ one backend, one number of steps, one width per point, three seeds each. From th
 - **a trend**: per backend at the preset width, logit(exact match at 1024×) against log10(training
   sequences), a straight line fitted over every seed, its uncertainty by resampling the seeds of
   each budget; the budget at which the line reaches 95%, with a 95% range — or why the data do
-  not support extrapolating (fewer than two budgets, a flat or falling line, or a range wider
-  than ``MAX_DECADES``);
+  not support extrapolating (a budget with fewer than ``MIN_SEEDS`` seeds, whose spread the range
+  could not count, is left out; fewer than ``MIN_BUDGETS`` budgets, a flat or falling line, or a
+  range wider than ``MAX_DECADES``);
 - the paper's point: ASEntmax 99.0% / 95.3% at 256× / 1024× after 390,625 steps of 128 sequences.
 
 Exact match near 0 or 1 is clipped to half a sample from the edge before the logit, so that a
@@ -40,6 +41,11 @@ QUERIES = 4
 TARGET = 0.95
 #: A prediction whose 95% range spans more than this many decades of budget says nothing.
 MAX_DECADES = 2.0
+#: Seeds a budget needs to enter the fit: the range resamples each budget's seeds, and one seed has
+#: no spread to resample.
+MIN_SEEDS = 2
+#: Budgets a prediction needs: a line through two budgets cannot show that the trend is straight.
+MIN_BUDGETS = 3
 #: Resamples for the trend's uncertainty (a fixed seed: the same rows give the same range).
 RESAMPLES = 400
 #: The paper's ASEntmax on MQMTAR: training sequences, and exact match at 256× and 1024×.
@@ -135,32 +141,48 @@ def _line(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
 @dataclass(frozen=True)
 class Trend:
     attn: str
-    budgets: int
-    seeds: int
+    budgets: int  # budgets in the fit
+    seeds: int  # seeds in the fit
     slope: float | None  # logit units per decade of sequences
     predicted: float | None  # sequences at which the line reaches TARGET
     low: float | None
     high: float | None
     verdict: str  # what the fit supports, in words
+    #: (steps, seeds tested at the factor) of every budget of the backend, in the fit or not.
+    tested: tuple[tuple[int, int], ...] = ()
 
 
 def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Trend:
     """The line through logit(exact match at ``factor``) against log10(sequences), every seed a
-    point; its 95% range by resampling, with replacement, the seeds of each budget."""
-    mine = [p for p in study if p.attn == attn and p.width == width and p.values(factor)]
+    point; its 95% range by resampling, with replacement, the seeds of each budget. Budgets with
+    fewer than ``MIN_SEEDS`` seeds stay out of the fit; a prediction needs ``MIN_BUDGETS``."""
+    tested = [p for p in study if p.attn == attn and p.width == width and p.values(factor)]
+    mine = [p for p in tested if len(p.values(factor)) >= MIN_SEEDS]
+    counts = tuple((p.steps, len(p.values(factor))) for p in tested)
+    left_out = "".join(f"; {p.steps:,} steps left out ({_count(len(p.values(factor)), 'seed')} so far)"
+                       for p in tested if p not in mine)
     data = [(math.log10(p.sequences), _logit(s.exact[factor], s.samples.get(factor, 1)))
             for p in mine for s in p.seeds if factor in s.exact]
     seeds = len(data)
+
+    def result(slope: float | None, verdict: str, *band: float | None) -> Trend:
+        predicted, low, high = (*band, None, None, None)[:3]
+        return Trend(attn, len(mine), seeds, slope, predicted, low, high, verdict + left_out, counts)
+
     if len(mine) < 2:
-        return Trend(attn, len(mine), seeds, None, None, None, None,
-                     f"{len(mine)} budget{'s' if len(mine) != 1 else ''} so far: no trend to fit yet")
+        return result(None, f"{_count(len(mine), 'budget')} with {MIN_SEEDS} or more seeds so far: "
+                            "no trend to fit yet")
     fit = _line([x for x, _ in data], [y for _, y in data])
     assert fit is not None
     a, b = fit
     target = _logit(TARGET, 10**6)
     if b <= 0:
-        return Trend(attn, len(mine), seeds, b, None, None, None,
-                     "exact match does not rise with budget here: the data do not support an extrapolation")
+        return result(b, "exact match does not rise with budget here: the data do not support an "
+                         "extrapolation")
+    if len(mine) < MIN_BUDGETS:
+        return result(b, f"exact match rises by {b:.2f} logit units per decade of training sequences "
+                         f"over {len(mine)} budgets; a line through {len(mine)} budgets cannot show that the "
+                         f"trend is straight, so no extrapolation before {MIN_BUDGETS}")
     rng = random.Random(0)
     estimates = []
     for _ in range(RESAMPLES):
@@ -175,8 +197,8 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
             estimates.append((target - refit[0]) / refit[1])
     predicted = (target - a) / b
     if len(estimates) < RESAMPLES // 2:
-        return Trend(attn, len(mine), seeds, b, 10**predicted, None, None,
-                     "the slope is not reliably positive over resampled seeds: no extrapolation")
+        return result(b, "the slope is not reliably positive over resampled seeds: no extrapolation",
+                      10**predicted)
     estimates.sort()
     low, high = estimates[int(0.025 * len(estimates))], estimates[int(0.975 * len(estimates)) - 1]
     verdict = (f"the line reaches {TARGET * 100:.0f}% at about {_sequences(10**predicted)} training "
@@ -187,7 +209,11 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
         inside = low <= math.log10(PAPER_SEQUENCES) <= high
         where = "inside" if inside else "outside"
         verdict += f"; the paper's {_sequences(PAPER_SEQUENCES)} lies {where} it"
-    return Trend(attn, len(mine), seeds, b, 10**predicted, 10**low, 10**high, verdict)
+    return result(b, verdict, 10**predicted, 10**low, 10**high)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _sequences(n: float) -> str:
@@ -202,16 +228,26 @@ def _sequences(n: float) -> str:
     return f"{n:.0f}"
 
 
+def _seeds_label(pairs: list[tuple[int, str]]) -> str:
+    """``seeds 17.2 / 31.2 / 46.9`` for seeds 0, 1, 2 in order; other seed sets are named
+    (``seed 1: 87.5``), so that one recorded seed is not read as seed 0."""
+    numbers = [seed for seed, _ in pairs]
+    values = " / ".join(value for _, value in pairs)
+    if numbers == list(range(len(numbers))):
+        return f"seeds {values}"
+    return f"seed{'s' if len(numbers) > 1 else ''} {' / '.join(map(str, numbers))}: {values}"
+
+
 def _exact_cell(point: Point, factor: int) -> Cell:
     values = point.values(factor)
     if not values:
         return Cell("—", -1.0, "not evaluated yet")
     ci = seed_interval(values)
-    seeds = " / ".join(pct(v) for v in values)
+    seeds = _seeds_label([(s.seed, pct(s.exact[factor])) for s in point.seeds if factor in s.exact])
     samples = sorted({s.samples[factor] for s in point.seeds if factor in s.samples})
     detail = f"[{pct(ci.lo)}, {pct(ci.hi)}]" if ci.method == "t" else ""
-    return Cell(pct(ci.mean), ci.mean, f"mean over {ci.n} seeds; seeds {seeds}; "
-                f"{'/'.join(map(str, samples))} test samples each", detail=f"{detail} seeds {seeds}".strip(),
+    return Cell(pct(ci.mean), ci.mean, f"mean over {_count(ci.n, 'seed')}; {seeds}; "
+                f"{'/'.join(map(str, samples))} test samples each", detail=f"{detail} {seeds}".strip(),
                 wrap=True)
 
 
@@ -220,10 +256,11 @@ def _error_cell(point: Point) -> Cell:
     if not errors:
         return Cell("—", -1.0, "the planted near misses are not evaluated yet")
     mean = sum(errors) / len(errors)
-    per_seed = " / ".join(f"{100 * e:.2f}" for e in errors)
-    return Cell(f"{100 * mean:.2f}%", mean, f"per near miss and query, mean over {len(errors)} seeds "
-                f"({per_seed}%); 95% at 1024× allows {100 * ALLOWED_ERROR:.3f}%", detail=f"seeds {per_seed}",
-                wrap=True)
+    seeds = _seeds_label([(s.seed, f"{100 * s.near_miss_error:.2f}") for s in point.seeds
+                          if s.near_miss_error is not None])
+    return Cell(f"{100 * mean:.2f}%", mean, f"per near miss and query, mean over "
+                f"{_count(len(errors), 'seed')} ({seeds}%); 95% at 1024× allows {100 * ALLOWED_ERROR:.3f}%",
+                detail=seeds, wrap=True)
 
 
 def budget_table(study: list[Point]) -> Table:

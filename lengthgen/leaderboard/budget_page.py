@@ -9,7 +9,15 @@ from dataclasses import dataclass
 import pandas as pd
 
 from lengthgen.leaderboard import page as html_page
-from lengthgen.leaderboard.budget import PLANTED, budget_table, missing_note, points, trend
+from lengthgen.leaderboard.budget import (
+    MIN_BUDGETS,
+    MIN_SEEDS,
+    PLANTED,
+    budget_table,
+    missing_note,
+    points,
+    trend,
+)
 from lengthgen.leaderboard.plots import BUDGET_CAPTION, NEAR_MISS_CAPTION, plot_budget, plot_near_miss_error
 from lengthgen.leaderboard.tables import markdown, md_prose
 
@@ -36,8 +44,10 @@ def _intro(source: StudySource) -> str:
             "recorded so far.")
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
+def _tested(tested: tuple[tuple[int, int], ...]) -> str:
+    """``seeds 3 / 1 at 3,000 / 12,000 steps``: what a trend line stands on."""
+    return (f"seeds {' / '.join(str(n) for _, n in tested)} at "
+            f"{' / '.join(f'{steps:,}' for steps, _ in tested)} steps")
 
 
 def render_section(source: StudySource) -> tuple[list[str], list[str], dict[str, bytes]]:
@@ -46,8 +56,7 @@ def render_section(source: StudySource) -> tuple[list[str], list[str], dict[str,
     status = missing_note(study, source.planned_runs)
     trends = [trend(study, attn, min(p.width for p in study))
               for attn in sorted({p.attn for p in study})] if study else []
-    trend_lines = [f"{t.attn} ({_count(t.seeds, 'seed')} over {_count(t.budgets, 'budget')}): {t.verdict}"
-                   for t in trends]
+    trend_lines = [f"{t.attn} ({_tested(t.tested)}): {t.verdict}" for t in trends]
     md = [f"## {TITLE}", "", md_prose(_intro(source)), "", f"*Status: {status}.*", ""]
     html = [f'<h2 id="budget">{TITLE}</h2>', f"<p>{html_page.code_spans(_intro(source))}</p>",
             f'<p class="meta">Status: {html_page.html.escape(status)}.</p>']
@@ -58,7 +67,9 @@ def render_section(source: StudySource) -> tuple[list[str], list[str], dict[str,
     files["plots/budget.svg"] = plot_budget(study, io.BytesIO(), fmt="svg").getvalue()
     files["plots/budget_near_misses.svg"] = plot_near_miss_error(study, io.BytesIO(), fmt="svg").getvalue()
     fit_text = ("The trend of exact match at 1024× against the budget, logit-linear in log training "
-                "sequences, fitted over every seed (range: the seeds of each budget resampled):")
+                f"sequences, fitted over every seed of the budgets with at least {MIN_SEEDS} seeds (range: "
+                f"the seeds of each budget resampled); it predicts a budget only from {MIN_BUDGETS} budgets "
+                "on:")
     budget_alt = "exact match against training budget"
     error_alt = "error per near miss against training budget"
     md += [markdown(table), "", fit_text, "", *[f"- {md_prose(line)}" for line in trend_lines], "",
