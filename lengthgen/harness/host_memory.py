@@ -8,6 +8,11 @@ threshold to its largest value (32 MiB on 64-bit glibc) and the trim threshold a
 blocks in the heap for reuse. Only where tensors live changes, never what is computed, so a run's
 numbers are the same bit for bit (``benchmarks/same_numerics.py``); the process keeps up to
 ``TRIM_THRESHOLD`` of freed memory. Elsewhere than glibc (macOS, musl, Windows) it does nothing.
+
+Why not jemalloc or tcmalloc, the usual advice for PyTorch on CPU: they take effect only through
+``LD_PRELOAD`` before Python starts, which a ``pip install`` cannot arrange for a user's command
+or a sweep's workers; two ``mallopt`` calls on the allocator already loaded give the same effect
+on these allocations.
 """
 
 from __future__ import annotations
