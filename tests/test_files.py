@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import io
+import itertools
 import os
 import shutil
 import stat
@@ -249,3 +250,31 @@ def test_a_read_only_folder(
         done = cli(*args)
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert "not writable" in done.stderr
+
+
+def test_a_results_file_replaced_while_it_is_read_comes_out_whole(tmp_path: Path) -> None:
+    """A reader beside a writer that keeps replacing the file (a run saving its rows after every
+    length) gets the old rows or the new ones, never an error: one open per read."""
+    import threading
+
+    from lengthgen.harness.storage.results import read_parquet_file
+
+    path = tmp_path / "results.parquet"
+    frames = [pd.DataFrame({"factor": list(range(n))}) for n in (3, 50)]
+    atomic_write(path, lambda handle: frames[0].to_parquet(handle, index=False))
+    stop = threading.Event()
+
+    def replace_forever() -> None:
+        for i in itertools.count():
+            if stop.is_set():
+                return
+            atomic_write(path, frames[i % 2].to_parquet(index=False))
+
+    writer = threading.Thread(target=replace_forever)
+    writer.start()
+    try:
+        sizes = {len(read_parquet_file(path)) for _ in range(1500)}
+    finally:
+        stop.set()
+        writer.join()
+    assert sizes <= {3, 50} and sizes  # about 2% of path reads (pd.read_parquet) fail here

@@ -26,6 +26,7 @@ from lengthgen.errors import UserNotice
 from lengthgen.harness import run as harness_run
 from lengthgen.harness.run import config_text, execute, save_training_rows
 from lengthgen.harness.storage.identity import run_key
+from lengthgen.harness.storage.results import read_parquet_file
 from lengthgen.harness.storage.store import run_lock, save_rows
 from lengthgen.kernels.engine import attend
 from lengthgen.kernels.normalizers import Custom
@@ -315,7 +316,7 @@ def test_sigterm_during_eval_keeps_the_lengths_done(run_dir: Path) -> None:
     process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:
-        if 4 in set(pd.read_parquet(run_dir / "results.parquet")["factor"]):
+        if 4 in set(read_parquet_file(run_dir / "results.parquet")["factor"]):  # read as it is replaced
             break
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)

@@ -45,6 +45,7 @@ from lengthgen import limits
 from lengthgen.config import RunConfig, parse_toml, validation_message
 from lengthgen.errors import UserError
 from lengthgen.files import read_text
+from lengthgen.harness.storage.results import read_parquet_file
 from lengthgen.plans.numerics import check_pins
 from lengthgen.sweeps import SweepSpec, data_path, resume_step, run_key, run_path, run_state
 
@@ -417,7 +418,7 @@ def _ok_factors(path: Path, variant: str = "") -> set[int]:
     """Factors with an ok row of the training task (``variant`` '': no evaluation variant) or of an
     evaluation variant in a data file."""
     try:
-        rows = pd.read_parquet(path, columns=["factor", "status", "eval_variant"])
+        rows = read_parquet_file(path, columns=["factor", "status", "eval_variant"])
     except Exception:  # unreadable: run_state already calls such a run missing
         return set()
     variants = rows["eval_variant"].fillna("").astype(str)

@@ -15,7 +15,7 @@ import pandas as pd
 from lengthgen.config import RunConfig
 from lengthgen.harness.resume import STATE_FILE, saved_step
 from lengthgen.harness.storage.identity import run_key
-from lengthgen.harness.storage.results import write_parquet_atomic
+from lengthgen.harness.storage.results import read_parquet_file, write_parquet_atomic
 
 __all__ = ["Plan", "RunState", "data_dir", "data_path", "plan", "record_if_missing", "run_key", "run_path",
            "resume_step", "run_state"]
@@ -49,7 +49,7 @@ def run_state(path: Path) -> RunState:
     if not path.is_file():
         return "missing"
     try:
-        status = pd.read_parquet(path, columns=["status"])["status"]
+        status = read_parquet_file(path, columns=["status"])["status"]
     except (OSError, ValueError):  # unreadable, not Parquet, no status column (pyarrow: ArrowInvalid)
         return "missing"
     if status.empty:

@@ -10,6 +10,7 @@ are skipped with one warning line per file that names it, so one bad file never 
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -75,6 +76,14 @@ class CheckedFile:
     bad_runs: dict[str, str] = field(default_factory=dict)
 
 
+def read_parquet_file(path: Path, columns: list[str] | None = None) -> pd.DataFrame:
+    """A Parquet file read through one open: a file that a writer replaces (``files.atomic_write``)
+    while it is read comes out whole, old or new. ``pd.read_parquet`` on a path opens it more than
+    once, and a replacement in between made about 2% of reads fail (a run's rows read while it
+    evaluates; a sweep would redo a run whose data file it could not read)."""
+    return pd.read_parquet(io.BytesIO(path.read_bytes()), columns=columns)
+
+
 def check_results_file(path: Path) -> CheckedFile:
     """Read one results file and check every row (``lengthgen.harness.storage.schema``), warning nobody. A
     symbolic link is not followed: a result folder from someone else could point anywhere."""
@@ -82,7 +91,7 @@ def check_results_file(path: Path) -> CheckedFile:
         return CheckedFile(None, f"skipped {path}: a symbolic link (lengthgen reads no file through a link; "
                                  "copy the file instead)")
     try:
-        frame = pd.read_parquet(path)
+        frame = read_parquet_file(path)
     except Exception as exc:  # truncated, empty, not Parquet, unreadable: pyarrow and OS errors
         reason = exception_line(exc)
         return CheckedFile(None, f"skipped {path}: unreadable ({reason})")
@@ -125,7 +134,7 @@ def recorded_run_ids(path: Path) -> set[str]:
     """The ``run_id`` values a results file holds, unchecked (empty when it cannot be read): to
     tell whether a file belongs to a run before its rows are used."""
     try:
-        ids = pd.read_parquet(path, columns=["run_id"])["run_id"]
+        ids = read_parquet_file(path, columns=["run_id"])["run_id"]
     except Exception:  # missing, truncated, foreign: the reader says why when it reads it
         return set()
     return {str(v) for v in ids.dropna()}
