@@ -146,19 +146,16 @@ def save_training_rows(run_dir: Path, rows: list[dict[str, Any]]) -> pd.DataFram
         return save_rows(run_dir / "results.parquet", rows_to_frame(rows), replace_variant="")
 
 
-def _evaluated_rows(run_dir: Path, base: dict[str, Any]) -> list[dict[str, Any]]:
-    """The lengths this attempt evaluated before it was stopped (its training rows of the same
-    config); the rows still to come state the training time these do."""
+def _evaluated_rows(run_dir: Path, config_hash: str) -> list[dict[str, Any]]:
+    """The lengths this attempt evaluated before it was stopped: its ok training rows of the same
+    config."""
     with run_lock(run_dir):
         frame = current_rows(run_dir / "results.parquet")
     if frame is None:
         return []
     mine = frame[(frame["eval_variant"] == "") & (frame["status"] == "ok")
-                 & (frame["config_hash"] == base["config_hash"])]
-    rows = mine.to_dict("records")
-    if rows:
-        base["train_seconds"] = rows[0]["train_seconds"]
-    return rows
+                 & (frame["config_hash"] == config_hash)]
+    return mine.to_dict("records")
 
 
 def _train_and_evaluate(
@@ -182,7 +179,9 @@ def _train_and_evaluate(
         atomic_write(run_dir / "train_history.json", json.dumps(trained.history, indent=1) + "\n")
         save_checkpoint(model, config, run_dir / "model.pt")
         if trained.resumed_at == config.train.steps:  # stopped while it evaluated: keep its lengths
-            rows.extend(_evaluated_rows(run_dir, base))
+            rows.extend(_evaluated_rows(run_dir, base["config_hash"]))
+        if rows:  # the rows still to come state the training time the kept ones do
+            base["train_seconds"] = rows[0]["train_seconds"]
         done = {row["factor"] for row in rows}
         if done:
             log_line(f"eval {base['run_id']}: {', '.join(f'{f}x' for f in sorted(done))} kept from the "

@@ -228,7 +228,7 @@ def score_block(
     scores = torch.matmul(q, k.transpose(-1, -2))
     k_pos = torch.arange(k.shape[-2], device=q.device)
     if scores.requires_grad and cumulative is None and (slopes is None or not slopes.requires_grad):
-        return _ScaledMaskedScores.apply(scores, scale, slopes, q_pos, causal)
+        return _ScaledMaskedScores.apply(scores, scale, slopes, q_pos, k_pos, causal)
     _scale_and_slope(scores, scale, slopes, q_pos, k_pos)
     if cumulative is not None:
         rows = cumulative.index_select(-1, q_pos.to(cumulative.device))
@@ -269,8 +269,7 @@ class _ScaledMaskedScores(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, raw: Tensor, scale: float, slopes: Tensor | None,  # type: ignore[override]
-                q_pos: Tensor, causal: bool) -> Tensor:
-        k_pos = torch.arange(raw.shape[-1], device=raw.device)
+                q_pos: Tensor, k_pos: Tensor, causal: bool) -> Tensor:
         _scale_and_slope(raw, scale, slopes, q_pos, k_pos)
         future = _future(q_pos, k_pos) if causal and q_pos.numel() else None
         if future is not None:
@@ -282,5 +281,6 @@ class _ScaledMaskedScores(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        masked = grad if ctx.future is None else grad.masked_fill(ctx.future, 0.0)
-        return masked.mul_(ctx.scale) if masked is not grad else masked * ctx.scale, None, None, None, None
+        if ctx.future is None:
+            return grad * ctx.scale, None, None, None, None, None
+        return grad.masked_fill(ctx.future, 0.0).mul_(ctx.scale), None, None, None, None, None
