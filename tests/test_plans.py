@@ -204,6 +204,12 @@ def _fake_run(out: Path, config: RunConfig, val_id: float, test_1x: float, val_8
               factors: tuple[int, ...] | None = None) -> None:
     """A recorded run with a given 1x (and 8x) validation and 1x test exact match (no training),
     tested at its config's factors or at ``factors`` (a run extended since)."""
+    rows = _result_rows(config, val_id, test_1x, val_8x, factors)
+    write_parquet_atomic(rows, data_path(out, run_key(config)))
+
+
+def _result_rows(config: RunConfig, val_id: float, test_1x: float, val_8x: float = 0.0,
+                 factors: tuple[int, ...] | None = None) -> pd.DataFrame:
     lo, hi = wilson_interval(round(test_1x * 4), 4)
     rows = [{"run_id": run_key(config), "task": config.task, "attn": config.attn, "pos": config.pos,
              "seed": config.seed, "preset": config.preset, "train_length": config.train.train_length,
@@ -212,7 +218,7 @@ def _fake_run(out: Path, config: RunConfig, val_id: float, test_1x: float, val_8
              "val_exact_id": val_id, "val_exact_8x": val_8x, "train_seconds": 60.0, "eval_seconds": 2.0,
              "config_hash": config.config_hash(), "config_json": config.canonical_json(), "status": "ok",
              "created_at": "2026-01-01T00:00:00+00:00"} for f in factors or config.eval.factors()]
-    write_parquet_atomic(rows_to_frame(rows), data_path(out, run_key(config)))
+    return rows_to_frame(rows)
 
 
 def test_the_choice_is_made_on_validation_never_on_test(
@@ -299,7 +305,16 @@ def test_a_missing_run_whose_training_was_stopped_is_listed_with_the_steps_left(
     assert plain[1].endswith("~64 s") and plain[2] == "missing: 2 of 2 runs; estimated CPU time 2 min"
     _stopped_at(out, seed_1, seed_1, step=seed_1.train.steps)  # trained, stopped while it evaluated
     line = next(line for line in dry_run_lines(survey(plan, out), timings) if run_key(seed_1) in line)
-    assert line.endswith("~4 s, trained: evaluates the lengths it had not finished")
+    assert line.endswith("~4 s, trained: evaluates 1x, 2x")
+    # it had evaluated 1x: only 2x is left (a 2x row of another config is not the run's own)
+    other = seed_1.model_copy(update={"train": seed_1.train.model_copy(update={"lr": 0.5})})
+    write_parquet_atomic(pd.concat([_result_rows(seed_1, 0.9, 1.0, factors=(1,)),
+                                    _result_rows(other, 0.9, 1.0, factors=(2,))], ignore_index=True),
+                         out / "runs" / run_key(seed_1) / "results.parquet")
+    assert [w.kept for w in survey(plan, out)[0].work if w.kind == "seed"] == [(1,)]
+    line = next(line for line in dry_run_lines(survey(plan, out), timings) if run_key(seed_1) in line)
+    assert line.endswith("~2 s, trained: evaluates 2x")
+    assert missing_run_lines([seed_1], str(out), timings)[0].endswith("~2 s, trained: evaluates 2x")
 
 
 def test_a_state_the_run_would_not_resume_is_not_listed_as_resuming(

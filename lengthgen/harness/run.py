@@ -32,7 +32,7 @@ from lengthgen.harness.plots import plot_accuracy_vs_length
 from lengthgen.harness.resume import STATE_FILE
 from lengthgen.harness.storage.identity import backend_package, made_now, run_columns
 from lengthgen.harness.storage.results import rows_to_frame
-from lengthgen.harness.storage.store import current_rows, run_lock, save_rows
+from lengthgen.harness.storage.store import current_rows, kept_rows, run_lock, save_rows
 from lengthgen.harness.tracking import EVAL_FIELDS, Tracker, open_tracker
 from lengthgen.harness.train import TrainResult, train
 from lengthgen.model import Transformer
@@ -150,12 +150,8 @@ def _evaluated_rows(run_dir: Path, config_hash: str) -> list[dict[str, Any]]:
     """The lengths this attempt evaluated before it was stopped: its ok training rows of the same
     config."""
     with run_lock(run_dir):
-        frame = current_rows(run_dir / "results.parquet")
-    if frame is None:
-        return []
-    mine = frame[(frame["eval_variant"] == "") & (frame["status"] == "ok")
-                 & (frame["config_hash"] == config_hash)]
-    return mine.to_dict("records")
+        mine = kept_rows(current_rows(run_dir / "results.parquet"), config_hash)
+    return [] if mine is None else mine.to_dict("records")
 
 
 def _train_and_evaluate(

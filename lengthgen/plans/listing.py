@@ -9,17 +9,19 @@ from pathlib import Path
 from lengthgen.config import RunConfig
 from lengthgen.plans.estimate import Timings, total
 from lengthgen.plans.execute import pending_extensions
-from lengthgen.plans.plan import Block, BlockState, Work, configs_at, extension_factors
+from lengthgen.plans.plan import Block, BlockState, Work, configs_at, extension_factors, missing_run
 from lengthgen.progress import format_seconds
 
 
-def resumes_mark(step: int | None, config: RunConfig) -> str:
+def resumes_mark(work: Work) -> str:
     """Marks a missing run whose stopped training resumes (its estimate counts the steps left), or
-    that was stopped while it evaluated (it evaluates the lengths it had not finished)."""
+    that was stopped while it evaluated (it evaluates only the lengths it had not finished)."""
+    step = work.resumes_at
     if step is None:
         return ""
-    if step >= config.train.steps:
-        return ", trained: evaluates the lengths it had not finished"
+    if step >= work.config.train.steps:
+        left = [f"{f}x" for f in work.config.eval.factors() if f not in work.kept]
+        return f", trained: evaluates {', '.join(left) or 'nothing more'}"
     return f", resumes its saved training at step {step:,}"
 
 
@@ -42,7 +44,7 @@ def work_seconds(work: Work, timings: Timings) -> float | None:
         more = timings.eval_seconds(work.config, work.factors)
         return None if again is None or more is None else again + more
     train = timings.train_seconds(work.config)
-    test = timings.eval_seconds(work.config, work.config.eval.factors())
+    test = timings.eval_seconds(work.config, [f for f in work.config.eval.factors() if f not in work.kept])
     if train is None or test is None:
         return None
     steps = work.config.train.steps
@@ -106,7 +108,7 @@ def dry_run_lines(states: list[BlockState], timings: Timings) -> list[str]:
             else:
                 runs += 1
                 what = "screening run" if work.kind == "screen" else "run"
-            marks = _scaled_mark(work.config, timings, seconds) + resumes_mark(work.resumes_at, work.config)
+            marks = _scaled_mark(work.config, timings, seconds) + resumes_mark(work)
             named = f"{work.key} ({label})" if label else work.key
             lines.append(f"  {what} {named}  ~{format_seconds(seconds)}{marks}")
         later = _waiting_seconds(state, timings)
@@ -139,14 +141,13 @@ def missing_run_lines(configs: Sequence[RunConfig], out: str, timings: Timings |
                       retry_failed: bool = False) -> list[str]:
     """``--dry-run`` of a plain sweep: each missing run with its estimated CPU time (from the runs
     recorded under ``out`` unless ``timings`` says otherwise)."""
-    from lengthgen.sweeps import plan, resume_step
+    from lengthgen.sweeps import plan
 
     timings = timings if timings is not None else Timings.from_folders(Path(out))
-    todo = [Work("screen", "", c, resumes_at=resume_step(out, c))
-            for c in plan(configs, out, retry_failed=retry_failed).todo]
+    todo = [missing_run("screen", "", c, out) for c in plan(configs, out, retry_failed=retry_failed).todo]
     estimates = [work_seconds(work, timings) for work in todo]
     lines = [f"run {work.key}  ~{format_seconds(e)}{_scaled_mark(work.config, timings, e)}"
-             + resumes_mark(work.resumes_at, work.config) for work, e in zip(todo, estimates, strict=True)]
+             + resumes_mark(work) for work, e in zip(todo, estimates, strict=True)]
     known, unknown = total(estimates)
     lines.append(f"missing: {len(todo)} of {len(configs)} runs; estimated CPU time {format_seconds(known)}"
                  + (f" + {unknown} without a comparable recorded run" if unknown else ""))

@@ -47,7 +47,7 @@ from lengthgen.errors import UserError
 from lengthgen.files import read_text
 from lengthgen.harness.storage.results import read_parquet_file
 from lengthgen.plans.numerics import check_pins
-from lengthgen.sweeps import SweepSpec, data_path, resume_step, run_key, run_path, run_state
+from lengthgen.sweeps import SweepSpec, data_path, kept_factors, resume_step, run_key, run_path, run_state
 
 #: What a plan may call a sweep, task, backend, position scheme, preset or ablation folder: a plain
 #: name, never a path or a plugin spec (``file.py:Class`` would run code named by a plan that
@@ -383,6 +383,7 @@ class Work:
     factors: tuple[int, ...] = ()  # extend: the factors still to evaluate
     restore: bool = False  # extend: the run folder has no model.pt to evaluate
     resumes_at: int | None = None  # screen, seed: the step a stopped training resumes from
+    kept: tuple[int, ...] = ()  # screen, seed, trained whole: the factors its stopped attempt evaluated
     protocol: bool = False  # extend: the paper-protocol pick, a screening run of a point not chosen
     variant: PlanVariant | None = None  # variant: the task variant to evaluate at ``factors``
 
@@ -398,6 +399,13 @@ class Work:
         if self.variant is None:
             return ""
         return variant_label(changed_task_params(self.config, self.variant.param))
+
+
+def missing_run(kind: WorkKind, block: str, config: RunConfig, out: str | Path) -> Work:
+    """A run to make, with what a stopped attempt left under ``out``: the step its saved training
+    resumes from and, when it was trained whole, the lengths it keeps."""
+    step = resume_step(out, config)
+    return Work(kind, block, config, resumes_at=step, kept=kept_factors(out, config, step))
 
 
 @dataclass
@@ -458,8 +466,8 @@ def survey(plan: BoardPlan, out: str | Path, retry_failed: bool = False) -> list
             key = run_key(config)
             recorded[key] = run_state(data_path(root, key))
             if recorded[key] == "missing" or (recorded[key] == "failed" and retry_failed):
-                state.work.append(Work("screen" if block.staged else "seed", block.label, config,
-                                       resumes_at=resume_step(root, config)))
+                kind: WorkKind = "screen" if block.staged else "seed"
+                state.work.append(missing_run(kind, block.label, config, root))
         if block.staged and state.work:
             state.waiting = len(block.rest_seeds)
             states.append(state)
@@ -471,7 +479,7 @@ def survey(plan: BoardPlan, out: str | Path, retry_failed: bool = False) -> list
             status = run_state(data_path(root, key))
             if status == "missing" or (status == "failed" and retry_failed):
                 if config.seed in block.rest_seeds:
-                    state.work.append(Work("seed", block.label, config, resumes_at=resume_step(root, config)))
+                    state.work.append(missing_run("seed", block.label, config, root))
                 continue
             state.board.append(key)
             if status == "failed":

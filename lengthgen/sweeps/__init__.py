@@ -23,6 +23,7 @@ from lengthgen.sweeps.dataset import (
     RunState,
     data_dir,
     data_path,
+    kept_factors,
     plan,
     record_if_missing,
     resume_step,
@@ -49,7 +50,7 @@ from lengthgen.sweeps.worker import RunOutcome, failed_frame, outcome_of, run_on
 __all__ = [
     "LAUNCHERS", "Launcher", "Plan", "RunOutcome", "RunState", "SweepReport", "SweepSpec", "SweepTerminated",
     "check_environment", "check_jobs", "check_launcher", "data_dir", "data_path", "failed_frame",
-    "launch_local", "launch_ray",
+    "kept_factors", "launch_local", "launch_ray",
     "new_folder", "outcome_of", "parse_choices", "parse_list", "parse_seeds", "plan", "record_if_missing",
     "resume_step", "run_key", "run_one", "run_path", "run_state", "run_sweep", "shard_of",
     "sigterm_stops_cleanly", "spec_from_flags", "split_settings", "summarize", "terminate_workers",

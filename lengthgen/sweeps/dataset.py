@@ -16,9 +16,10 @@ from lengthgen.config import RunConfig
 from lengthgen.harness.resume import STATE_FILE, saved_step
 from lengthgen.harness.storage.identity import run_key
 from lengthgen.harness.storage.results import read_parquet_file, write_parquet_atomic
+from lengthgen.harness.storage.store import current_rows, kept_rows
 
-__all__ = ["Plan", "RunState", "data_dir", "data_path", "plan", "record_if_missing", "run_key", "run_path",
-           "resume_step", "run_state"]
+__all__ = ["Plan", "RunState", "data_dir", "data_path", "kept_factors", "plan", "record_if_missing",
+           "run_key", "run_path", "resume_step", "run_state"]
 
 RunState = Literal["ok", "failed", "missing"]
 
@@ -41,6 +42,16 @@ def resume_step(out: str | os.PathLike[str], config: RunConfig) -> int | None:
     training (its state in the run folder); None when it trains from step 0."""
     path = run_path(out, run_key(config)) / STATE_FILE
     return saved_step(path, config) if path.is_file() else None
+
+
+def kept_factors(out: str | os.PathLike[str], config: RunConfig, step: int | None) -> tuple[int, ...]:
+    """The lengths (factors) a run of ``config`` stopped while it evaluated has recorded and keeps
+    when it resumes, given the ``step`` its saved state reached (``resume_step``); () for a run that
+    still trains, whose new attempt evaluates every length."""
+    if step is None or step < config.train.steps:
+        return ()
+    frame = kept_rows(current_rows(run_path(out, run_key(config)) / "results.parquet"), config.config_hash())
+    return () if frame is None else tuple(sorted({int(f) for f in frame["factor"]}))
 
 
 def run_state(path: Path) -> RunState:

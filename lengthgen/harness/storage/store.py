@@ -82,6 +82,15 @@ def current_rows(path: Path) -> pd.DataFrame | None:
         return read_results_file(path)
 
 
+def kept_rows(frame: pd.DataFrame | None, config_hash: str) -> pd.DataFrame | None:
+    """The rows a run stopped while it evaluated keeps when it resumes: the ok training-task rows
+    of its own config (None: no results file). The run and the sweep's listing both read this."""
+    if frame is None:
+        return None
+    own = (frame["eval_variant"] == "") & (frame["config_hash"] == config_hash)
+    return frame[own & (frame["status"] == "ok")]
+
+
 def save_rows(path: Path, new: pd.DataFrame, replace_variant: str | None = None) -> pd.DataFrame:
     """Merge ``new`` into the results file ``path`` and rewrite it atomically; returns what the file
     now holds. The caller holds the run's lock."""
