@@ -4,6 +4,8 @@ summaries match hand-made weight rows."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from lengthgen.harness.recorded.heads import (
     HeadTally,
     _hooked,
     _knock_out,
+    half_weight_distance,
     head_weights,
     keys_holding,
     profile_heads,
@@ -33,6 +36,32 @@ def test_keys_holding_counts_the_fewest_keys_that_reach_the_mass() -> None:
     p = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.95, 0.05, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25],
                       [0.6, 0.3, 0.1, 0.0]])
     assert keys_holding(p).tolist() == [3, 1, 4, 2]
+    # a row that leaves weight unclaimed (stick-breaking) counts 90% of the weight it gives
+    assert keys_holding(torch.tensor([[0.4, 0.05, 0.05, 0.0], [0.1, 0.1, 0.1, 0.1]])).tolist() == [2, 4]
+
+
+def _brute_half_distance(row: list[float], q: int) -> int:
+    """The definition: the smallest d whose keys q - d..q hold at least half of the row's weight."""
+    total = sum(row)
+    return next(d for d in range(q + 1) if sum(row[q - d:q + 1]) >= total / 2)
+
+
+def test_half_weight_distance_is_the_definition() -> None:
+    generator = torch.Generator().manual_seed(5)
+    q_pos = torch.tensor([0, 3, 7, 11, 11])
+    p = torch.rand(3, 5, 12, generator=generator, dtype=torch.float64)
+    p[torch.rand(p.shape, generator=generator, dtype=torch.float64) < 0.4] = 0  # sparse rows, as entmax's
+    p = p.masked_fill(torch.arange(12)[None, None, :] > q_pos[None, :, None], 0)  # causal
+    p[0, 1] = 0
+    p[0, 1, 3] = 1.0  # all on the query itself: 0
+    p[0, 2] = 0
+    p[0, 2, 0] = 0.3  # unnormalized, all on the first key: 7
+    p[1, 3] = 0
+    p[1, 3, [1, 11]] = 0.5  # exactly half on the query: 0
+    expected = [[_brute_half_distance(p[b, r].tolist(), int(q_pos[r])) for r in range(5)] for b in range(3)]
+    got = half_weight_distance(p, q_pos)
+    assert got.tolist() == expected
+    assert (got[0, 1], got[0, 2], got[1, 3]) == (0, 7, 0)
 
 
 def test_tally_reports_the_distance_to_the_top_key_over_scored_rows_only() -> None:
@@ -41,21 +70,36 @@ def test_tally_reports_the_distance_to_the_top_key_over_scored_rows_only() -> No
     p[0, 0, 2], p[0, 1, 3], p[1, 0, 0], p[1, 1, 3] = 1.0, 1.0, 1.0, 1.0  # rows at positions 5 and 6
     tally.add(p, torch.tensor([5, 6]), torch.tensor([[True, True], [False, True]]))
     assert tally.rows == 3 and tally.distances == {3: 3} and tally.top_weight == 3.0 and tally.keys == 3
+    assert tally.half_distance == 9 and tally.unclaimed == 0
+    short = torch.zeros(1, 2, 8)
+    short[0, 0, 5], short[0, 1, 2], short[0, 1, 6] = 0.75, 0.25, 0.125  # rows giving 0.75 and 0.375
+    tally.add(short, torch.tensor([5, 6]), torch.tensor([[True, True]]))
+    assert tally.rows == 5 and tally.unclaimed == 0.25 + 0.625
+    assert tally.half_distance == 9 + 0 + 4  # the second row's nearest key holds a third of its weight
+
+
+#: The baselines distribution's backends (``pip install -e baselines``): a cumulative bias from the
+#: layer input at every key (FoX), and rows that do not sum to one (stick-breaking).
+BASELINES = pytest.mark.skipif(importlib.util.find_spec("lengthgen_baselines") is None,
+                               reason="not installed: pip install -e baselines")
 
 
 @pytest.mark.parametrize("backend, pos", [("softmax", "nape"), ("entmax", "nape"), ("asentmax", "nape"),
-                                          ("ssmax", "alibi"), ("adaptive_temperature", "rope")])
+                                          ("ssmax", "alibi"), ("adaptive_temperature", "rope"),
+                                          pytest.param("fox", "nape", marks=BASELINES),
+                                          pytest.param("stickbreaking", "nape", marks=BASELINES)])
 def test_recomputed_weights_reproduce_every_heads_output(backend: str, pos: str) -> None:
     model = make_model(backend, pos=pos, seed=3).eval()
     ids = torch.randint(0, 10, (2, 40), generator=torch.Generator().manual_seed(0))
     rows = torch.arange(5, 40, 3)
     checked = []
 
-    def check(module: Any, args: tuple[Any, ...], output: torch.Tensor) -> None:
-        p, q_pos = head_weights(module, args, rows)
+    def check(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: torch.Tensor) -> None:
+        p, q_pos = head_weights(module, args, kwargs, rows)
         v = args[2]
         keep = torch.isin(args[4], q_pos)
-        assert torch.allclose(p.sum(-1), torch.ones_like(p[..., 0]), atol=1e-5)
+        if backend != "stickbreaking":  # its rows leave what the sticks did not claim
+            assert torch.allclose(p.sum(-1), torch.ones_like(p[..., 0]), atol=1e-5)
         assert torch.allclose(p @ v.float(), output[:, :, keep].float(), atol=1e-5)
         checked.append(q_pos.numel())
 
@@ -94,6 +138,7 @@ def test_profiles_cover_every_head_and_an_unused_head_costs_nothing(
     assert [(h.layer, h.head) for h in heads] == [(i, j) for i in range(2) for j in range(n_heads)]
     assert heads[0].accuracy_without == pytest.approx(accuracy)
     assert all(1 <= h.keys_for_mass and 0 < h.top_weight <= 1 and 0 < h.distance_share <= 1 for h in heads)
+    assert all(0 <= h.half_weight_distance < 8 and h.unclaimed < 1e-6 for h in heads)  # softmax rows
 
 
 def test_command_prints_one_line_per_head(tmp_path: Path, tiny_config: Callable[..., RunConfig]) -> None:
@@ -110,9 +155,31 @@ def test_command_prints_one_line_per_head(tmp_path: Path, tiny_config: Callable[
     arch = json.loads(config)["arch"]
     n = arch["n_layers"] * arch["n_heads"]
     assert len(lines) == 2 + n + 1 + n  # copy names its positions' roles: one more line per head
+    assert "half weight within" in lines[1] and "unclaimed" not in lines[1]  # softmax rows sum to one
     assert {line.split()[2] for line in lines[2:2 + n]} <= {"ALiBi", "NoPE"}
     assert lines[2 + n].startswith("what each head's most-weighted key is")
     assert all(" right: " in line and " | wrong: " in line for line in lines[3 + n:])
+
+
+@BASELINES
+def test_a_stick_breaking_run_shows_the_weight_its_rows_leave(
+    tmp_path: Path, tiny_config: Callable[..., RunConfig]
+) -> None:
+    """The ablation option whose own token breaks the stick too (the paper's rows sum to one)."""
+    from lengthgen.config import build_run_config
+
+    torch.set_num_threads(1)
+    tiny = tiny_config()
+    config = build_run_config("copy", "stickbreaking", attn_options={"current": "key"}, start=tiny)
+    frame = execute(config, tmp_path, progress=False)
+    run_dir = tmp_path / frame["run_id"].iloc[0]
+    result = runner.invoke(app, ["heads", str(run_dir), "--factor", "2", "--samples", "4"])
+    assert result.exit_code == 0, result.output
+    header, *heads = result.output.strip().splitlines()[1:]
+    assert header.split()[-1] == "unclaimed"
+    arch = json.loads(frame["config_json"].iloc[0])["arch"]
+    leftovers = [float(line.split()[-1]) for line in heads[:arch["n_layers"] * arch["n_heads"]]]
+    assert all(0 <= left < 1 for left in leftovers) and max(leftovers) > 0.01, leftovers
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -9,7 +9,10 @@ evaluation scores (the same test set, ``harness/evaluate.test_batches``), it mea
 * how concentrated the head's weights are: the number of keys that hold 90% of a row's weight, and
   the largest weight;
 * where the head looks: the most common distance back from the query to its most-weighted key,
-  and the share of rows that look exactly there;
+  and the share of rows that look exactly there; and how far back its weight reaches, the distance
+  within which half of a row's weight lies (a head that forgets the far past, as a forget gate or a
+  stick-breaking row can, keeps it short at any length);
+* for rows that need not sum to one (stick-breaking's), the weight a row leaves to no key;
 * what the model loses without it: token accuracy with that head's output set to zero
   (a knock-out, one forward pass per head);
 * for tasks that name the roles of positions (``Task.key_role``, e.g. MQMTAR's "matching pair" and
@@ -50,9 +53,23 @@ WEIGHT_BUDGET = 2**25
 
 
 def keys_holding(p: Tensor, mass: float = MASS) -> Tensor:
-    """For rows of weights ``p`` (…, Nk), the fewest keys whose weights add up to ``mass``."""
+    """For rows of weights ``p`` (…, Nk), the fewest keys whose weights add up to ``mass`` of the
+    row's weight (its sum: one for a normalized row, less for a stick-breaking row)."""
     ordered = p.sort(dim=-1, descending=True).values
-    return ((ordered.cumsum(-1) < mass - 1e-6).sum(-1) + 1).clamp(max=p.shape[-1])
+    total = ordered.sum(-1, keepdim=True)
+    return ((ordered.cumsum(-1) < mass * total - 1e-6).sum(-1) + 1).clamp(max=p.shape[-1])
+
+
+def half_weight_distance(p: Tensor, q_pos: Tensor) -> Tensor:
+    """For rows of weights ``p`` (…, R, Nk) of queries at positions ``q_pos`` (R,), the smallest
+    distance d such that the keys q − d..q hold at least half of the row's weight.
+
+    With C_j the weight on keys 0..j, the keys within d hold total − C_{q−d−1}; so d is q minus the
+    number of keys j whose C_j is at most half the total (C never decreases). A row with no weight
+    counts 0."""
+    before = p.cumsum(-1)
+    half = before[..., -1:] / 2
+    return (q_pos - (before <= half).sum(-1)).clamp(min=0)
 
 
 @dataclass
@@ -62,6 +79,8 @@ class HeadTally:
     rows: int = 0
     keys: float = 0.0
     top_weight: float = 0.0
+    half_distance: float = 0.0
+    unclaimed: float = 0.0
     distances: Counter[int] = field(default_factory=Counter)
 
     def add(self, p: Tensor, q_pos: Tensor, scored: Tensor) -> None:
@@ -70,6 +89,8 @@ class HeadTally:
         self.rows += int(scored.sum())
         self.keys += float(keys_holding(p)[scored].sum())
         self.top_weight += float(top[scored].sum())
+        self.half_distance += float(half_weight_distance(p, q_pos)[scored].sum(dtype=torch.float64))
+        self.unclaimed += float((1 - p.sum(-1, dtype=torch.float64))[scored].clamp(min=0).sum())
         self.distances.update((q_pos[None, :] - where)[scored].tolist())
 
 
@@ -82,6 +103,8 @@ class HeadProfile:
     top_weight: float  # mean largest weight
     distance: int  # most common distance back to the most-weighted key
     distance_share: float  # share of rows whose most-weighted key is at that distance
+    half_weight_distance: float  # mean distance within which half of a row's weight lies
+    unclaimed: float  # mean weight a row gives no key (0 for rows that sum to one)
     accuracy_without: float  # token accuracy with this head's output zeroed
     #: (answer token right?, role of the most-weighted key) -> rows; empty if the task names no roles
     roles: dict[tuple[bool, str], int] = field(default_factory=dict)
@@ -103,7 +126,9 @@ def _backends(model: Transformer) -> list[AttentionBackend]:
 
 @contextmanager
 def _hooked(model: Transformer, hook: Any) -> Iterator[None]:
-    handles = [backend.register_forward_hook(hook) for backend in _backends(model)]
+    """``hook(backend, args, kwargs, output)`` on every layer's backend: the keyword arguments carry
+    ``x_keys``, the layer input at every key a cumulative bias (FoX's gates) is computed from."""
+    handles = [backend.register_forward_hook(hook, with_kwargs=True) for backend in _backends(model)]
     try:
         yield
     finally:
@@ -111,17 +136,22 @@ def _hooked(model: Transformer, hook: Any) -> Iterator[None]:
             handle.remove()
 
 
-def head_weights(backend: AttentionBackend, args: tuple[Any, ...], rows: Tensor) -> tuple[Tensor, Tensor]:
+def head_weights(backend: AttentionBackend, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+                 rows: Tensor) -> tuple[Tensor, Tensor]:
     """The weights (B, H, R, Nk) a backend gave the query rows at positions ``rows``, recomputed
-    from the arguments of its forward call, and those rows' positions (R,)."""
+    from the arguments of its forward call (``AttentionBackend.forward``'s, positional and keyword),
+    and those rows' positions (R,)."""
     q, k, v, x, q_pos, slopes = args[:6]
+    x_keys = kwargs.get("x_keys", args[7] if len(args) > 7 else None)
+    increments = backend.cumulative_bias(x if x_keys is None else x_keys)
     keep = torch.isin(q_pos, rows)
     q, x, q_pos = q[:, :, keep], x[:, keep], q_pos[keep]
     scale = backend.query_scale(x, q_pos)
     if scale is not None:
         q = q * scale.unsqueeze(-1).to(q.dtype)
-    problem = prepare(q, k, v, True, slopes, None, q_pos)
-    scores = score_block(q.float(), k.float(), q_pos, problem.slopes_or_none(), problem.scale, True)
+    problem = prepare(q, k, v, True, slopes, None, q_pos, bias_increments=increments)
+    scores = score_block(q.float(), k.float(), q_pos, problem.slopes_or_none(), problem.scale, True,
+                         problem.cumulative)
     return backend.normalizer().probs(scores), q_pos
 
 
@@ -169,7 +199,8 @@ def profile_heads(model: Transformer, task: Task, length: int, n_samples: int, b
             distance, count = tally.distances.most_common(1)[0]
             profiles.append(HeadProfile(
                 layer, h, labels[h], tally.keys / tally.rows, tally.top_weight / tally.rows, int(distance),
-                count / tally.rows, hits[layer][h] / scored, dict(roles[layer][h])))
+                count / tally.rows, tally.half_distance / tally.rows, tally.unclaimed / tally.rows,
+                hits[layer][h] / scored, dict(roles[layer][h])))
     return right / scored, profiles
 
 
@@ -178,8 +209,8 @@ def _measuring(tallies: list[list[HeadTally]], layer_of: dict[int, int], batch: 
     """A forward hook that adds each head's weights on ``batch``'s scored rows to its tally and
     keeps, per layer, the most-weighted key of every head and row with the rows' positions."""
 
-    def hook(module: AttentionBackend, args: tuple[Any, ...], output: Tensor) -> None:
-        p, q_pos = head_weights(module, args, batch.query_positions)
+    def hook(module: AttentionBackend, args: tuple[Any, ...], kwargs: dict[str, Any], output: Tensor) -> None:
+        p, q_pos = head_weights(module, args, kwargs, batch.query_positions)
         keep = torch.isin(batch.query_positions, q_pos)
         for h, tally in enumerate(tallies[layer_of[id(module)]]):
             tally.add(p[:, h], q_pos, batch.mask[:, keep])
@@ -210,7 +241,8 @@ def _count_roles(task: Task, batch: ModelBatch, right: Tensor, tops: dict[int, t
 def _knock_out(layer_of: dict[int, int], layer: int, head: int) -> Any:
     """A forward hook that zeroes one head's output in one layer."""
 
-    def hook(module: AttentionBackend, args: tuple[Any, ...], output: Tensor) -> Tensor | None:
+    def hook(module: AttentionBackend, args: tuple[Any, ...], kwargs: dict[str, Any],
+             output: Tensor) -> Tensor | None:
         if layer_of[id(module)] != layer:
             return None
         silenced = output.clone()
