@@ -18,7 +18,7 @@ from lengthgen.leaderboard.budget import (
     points,
     trend,
 )
-from lengthgen.leaderboard.budget_page import TITLE, StudySource
+from lengthgen.leaderboard.budget_page import TITLE, StudySource, answer_line
 from tests.leaderboard_rows import study_rows
 
 
@@ -131,3 +131,21 @@ def test_a_budget_with_other_seeds_names_them() -> None:
     rows = study_rows({("asentmax", 12000, 1): {8: 0.99, 256: 0.875, 1024: 0.625}})
     cells = [c.plain for c in budget_table(points(rows)).rows[0].cells]
     assert cells[4] == "1" and cells[5] == "87.5 seed 1: 87.5" and cells[6] == "62.5 seed 1: 62.5"
+
+
+def test_the_answer_states_each_budget_its_seeds_and_the_paper() -> None:
+    """One line for the board's answer: means at 1024x in budget order, with the seeds behind each."""
+    scores = {("asentmax", 3000, s): {8: 0.97, 256: 0.5, 1024: 0.125 * s} for s in range(3)}
+    scores |= {("asentmax", 12000, 1): {8: 0.99, 256: 0.875, 1024: 0.625}}
+    scores |= {("softmax", 3000, s): {8: 0.97, 256: 0.25} for s in range(2)}  # not tested at 1024x yet
+    line = answer_line(StudySource(study_rows(scores), 33, "p", "d"))
+    assert line == ("mqmtar trained longer (the training-budget study, 6 runs recorded of 33 planned, 4 "
+                    "tested to 1024×): exact match at 1024× (width 128, mean over seeds): asentmax 12.5% → "
+                    "62.5% (seeds 3 / 1 at 3,000 / 12,000 steps); the paper, after 390,625 steps of 128 "
+                    "sequences: asentmax 95.3%.")
+    assert answer_line(StudySource(study_rows({}), 33, "p", "d")) is None
+    from tests.leaderboard_rows import ROWS, make_rows
+
+    readme = render(make_rows(ROWS), budget=StudySource(study_rows(scores), 33, "p", "d")).files["README.md"]
+    answer = readme.decode().split("## The answer", 1)[1].split("\n\n")[1]
+    assert answer.splitlines()[-1] == f"- {line}"

@@ -49,7 +49,8 @@ MIN_BUDGETS = 3
 #: Resamples for the trend's uncertainty (a fixed seed: the same rows give the same range).
 RESAMPLES = 400
 #: The paper's ASEntmax on MQMTAR: training sequences, and exact match at 256× and 1024×.
-PAPER_SEQUENCES = 390_625 * 128
+PAPER_STEPS = 390_625
+PAPER_SEQUENCES = PAPER_STEPS * 128
 PAPER_POINT = {"asentmax": {256: 0.990, 1024: 0.953}, "softmax": {256: 0.802, 1024: 0.030},
                "entmax": {256: 0.668, 1024: 0.093}}
 #: The per-near-miss error that 95% at 1024× allows (34 near misses per query, 4 queries).
@@ -201,14 +202,14 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
                       10**predicted)
     estimates.sort()
     low, high = estimates[int(0.025 * len(estimates))], estimates[int(0.975 * len(estimates)) - 1]
-    verdict = (f"the line reaches {TARGET * 100:.0f}% at about {_sequences(10**predicted)} training "
-               f"sequences (95% range {_sequences(10**low)} … {_sequences(10**high)})")
+    verdict = (f"the line reaches {TARGET * 100:.0f}% at about {sequences_label(10**predicted)} training "
+               f"sequences (95% range {sequences_label(10**low)} … {sequences_label(10**high)})")
     if high - low > MAX_DECADES:
         verdict += f"; the range spans {high - low:.1f} decades: too wide to support the extrapolation"
     else:
         inside = low <= math.log10(PAPER_SEQUENCES) <= high
         where = "inside" if inside else "outside"
-        verdict += f"; the paper's {_sequences(PAPER_SEQUENCES)} lies {where} it"
+        verdict += f"; the paper's {sequences_label(PAPER_SEQUENCES)} lies {where} it"
     return result(b, verdict, 10**predicted, 10**low, 10**high)
 
 
@@ -216,7 +217,8 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def _sequences(n: float) -> str:
+def sequences_label(n: float) -> str:
+    """Training sequences in a few characters: ``768 K``, ``50.0 M``."""
     if n >= 1e12:
         return f"{n:.1e}"
     if n >= 1e9:
@@ -274,10 +276,12 @@ def budget_table(study: list[Point]) -> Table:
                Header("near-miss error", f"chance that a near miss makes its query wrong, from {PLANTED} "
                                          f"planted per query at {PLANTED_FACTOR}×", numeric=True))
     body = [Row((Cell(p.attn), Cell(f"{p.steps:,}", float(p.steps)), Cell(str(p.width), float(p.width)),
-                 Cell(_sequences(p.sequences), float(p.sequences)), Cell(str(len(p.seeds)), len(p.seeds)),
+                 Cell(sequences_label(p.sequences), float(p.sequences)),
+                 Cell(str(len(p.seeds)), len(p.seeds)),
                  *[_exact_cell(p, f) for f in LONG_FACTORS], _error_cell(p))) for p in study]
-    pinned = [Row((Cell(f"paper: {attn}"), Cell("390,625"), Cell("512"), Cell(_sequences(PAPER_SEQUENCES)),
-                   Cell("best of 3"), *[Cell(pct(scores[f])) for f in LONG_FACTORS], Cell("—")), kind="paper")
+    pinned = [Row((Cell(f"paper: {attn}"), Cell(f"{PAPER_STEPS:,}"), Cell("512"),
+                   Cell(sequences_label(PAPER_SEQUENCES)), Cell("best of 3"),
+                   *[Cell(pct(scores[f])) for f in LONG_FACTORS], Cell("—")), kind="paper")
               for attn, scores in PAPER_POINT.items() if any(p.attn == attn for p in study)]
     return Table(headers, tuple(body), tuple(pinned), label="MQMTAR at long lengths by training budget")
 

@@ -12,6 +12,9 @@ from lengthgen.leaderboard import page as html_page
 from lengthgen.leaderboard.budget import (
     MIN_BUDGETS,
     MIN_SEEDS,
+    PAPER_POINT,
+    PAPER_SEQUENCES,
+    PAPER_STEPS,
     PLANTED,
     budget_table,
     missing_note,
@@ -19,7 +22,8 @@ from lengthgen.leaderboard.budget import (
     trend,
 )
 from lengthgen.leaderboard.plots import BUDGET_CAPTION, NEAR_MISS_CAPTION, plot_budget, plot_near_miss_error
-from lengthgen.leaderboard.tables import markdown, md_prose
+from lengthgen.leaderboard.stats import seed_interval
+from lengthgen.leaderboard.tables import markdown, md_prose, pct
 
 TITLE = "What the training budget changes"
 
@@ -48,6 +52,28 @@ def _tested(tested: tuple[tuple[int, int], ...]) -> str:
     """``seeds 3 / 1 at 3,000 / 12,000 steps``: what a trend line stands on."""
     return (f"seeds {' / '.join(str(n) for _, n in tested)} at "
             f"{' / '.join(f'{steps:,}' for steps, _ in tested)} steps")
+
+
+def answer_line(source: StudySource, factor: int = 1024) -> str | None:
+    """The study in one line for the board's answer: per backend at the preset width, the mean over
+    seeds at ``factor`` at each budget tested so far, with the seeds behind each mean, beside the
+    paper's point (None before any run is tested at ``factor``)."""
+    recorded = points(source.rows) if not source.rows.empty else []
+    study = [p for p in recorded if p.values(factor)]
+    if not study:
+        return None
+    width = min(p.width for p in study)
+    parts = []
+    for attn in sorted({p.attn for p in study}):
+        mine = sorted((p for p in study if p.attn == attn and p.width == width), key=lambda p: p.steps)
+        means = " → ".join(f"{pct(seed_interval(p.values(factor)).mean)}%" for p in mine)
+        parts.append(f"{attn} {means} ({_tested(tuple((p.steps, len(p.values(factor))) for p in mine))})")
+    paper = ", ".join(f"{attn} {pct(scores[factor])}%" for attn, scores in PAPER_POINT.items()
+                      if any(p.attn == attn for p in study))
+    status = missing_note(recorded, source.planned_runs)
+    return (f"mqmtar trained longer (the training-budget study, {status}): exact match at {factor}× "
+            f"(width {width}, mean over seeds): {'; '.join(parts)}; the paper, after {PAPER_STEPS:,} steps "
+            f"of {PAPER_SEQUENCES // PAPER_STEPS} sequences: {paper}.")
 
 
 def render_section(source: StudySource) -> tuple[list[str], list[str], dict[str, bytes]]:
