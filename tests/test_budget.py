@@ -149,3 +149,20 @@ def test_the_answer_states_each_budget_its_seeds_and_the_paper() -> None:
     readme = render(make_rows(ROWS), budget=StudySource(study_rows(scores), 33, "p", "d")).files["README.md"]
     answer = readme.decode().split("## The answer", 1)[1].split("\n\n")[1]
     assert answer.splitlines()[-1] == f"- {line}"
+
+
+def test_the_figures_join_each_seed_across_its_budgets() -> None:
+    """A thin line per seed run at two or more budgets (seeds 0-2 here), none for a seed at one."""
+    import io
+
+    from lengthgen.leaderboard.plots import plot_budget, plot_near_miss_error
+
+    scores = {("asentmax", steps, s): {8: 0.97, 256: 0.5 + 0.1 * s, 1024: 0.1 * s}
+              for steps in (3000, 12000) for s in range(3)}
+    scores |= {("softmax", 3000, 3): {8: 0.97, 256: 0.2, 1024: 0.0}}
+    study = points(study_rows(scores))
+    thin = "stroke-width: 0.7"
+    exact = plot_budget(study, io.BytesIO(), fmt="svg").getvalue().decode()
+    assert exact.count(thin) == 2 * 3  # two panels (256x, 1024x), three seeds each
+    errors = plot_near_miss_error(study, io.BytesIO(), fmt="svg").getvalue().decode()
+    assert errors.count(thin) == 3

@@ -14,7 +14,7 @@ import io
 import itertools
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -283,14 +283,34 @@ def plot_overview(rows: pd.DataFrame, path: Target, summary: pd.DataFrame | None
 
 BUDGET_CAPTION = (
     "MQMTAR exact match at 256× (left) and 1024× (right) against training sequences (log scale): the mean "
-    "over seeds of each backend at the preset width (thick), each seed (dots), the wider model (hollow "
+    "over seeds of each backend at the preset width (thick), each seed (dots, joined across budgets by a "
+    "thin line), the wider model (hollow "
     "markers, dashed), the paper's reported points at its budget (crosses) and, at 1024×, the fitted "
     "trend of the preset width carried to the paper's budget (thin dashes; see the table for its range)."
 )
 NEAR_MISS_CAPTION = (
     "The chance that one near miss makes its query wrong (8 planted per query at 8×), against training "
-    "sequences; the dotted line is what 95% at 1024× allows (34 near misses per query, 4 queries)."
+    "sequences: the mean over seeds (thick) and each seed (dots, joined across budgets by a thin line); the "
+    "dotted line is what 95% at 1024× allows (34 near misses per query, 4 queries)."
 )
+
+
+def _per_seed(ax: Any, mine: list[Any], value: Callable[[Any], float | None], color: str,
+              dashed: bool) -> None:
+    """Each seed of a backend's budgets: a dot per budget and, for a seed run at several budgets, a
+    thin line through them (the same seed number: its data and initialisation streams)."""
+    by_seed: dict[int, list[tuple[float, float]]] = {}
+    for p in mine:
+        for s in p.seeds:
+            v = value(s)
+            if v is not None:
+                by_seed.setdefault(s.seed, []).append((float(p.sequences), 100 * v))
+    for pairs in by_seed.values():
+        xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
+        ax.scatter(xs, ys, color=color, s=10, alpha=0.5, zorder=2)
+        if len(pairs) > 1:
+            ax.plot(xs, ys, color=color, linewidth=0.7, alpha=0.45, zorder=1,
+                    linestyle=(0, (4, 2)) if dashed else "-")
 
 
 def plot_budget(study: list[Any], path: Target, fmt: str | None = None) -> Any:
@@ -309,11 +329,8 @@ def plot_budget(study: list[Any], path: Target, fmt: str | None = None) -> Any:
                 if not mine:
                     continue
                 x = [float(p.sequences) for p in mine]
-                for p in mine:
-                    values = [100 * v for v in p.values(factor)]
-                    ax.scatter([float(p.sequences)] * len(values), values, color=styles.color[attn], s=10,
-                               alpha=0.5, zorder=2)
                 hollow = width != widths[0]
+                _per_seed(ax, mine, lambda s, f=factor: s.exact.get(f), styles.color[attn], hollow)
                 ax.plot(x, [100 * stable_mean(p.values(factor)) for p in mine], color=styles.color[attn],
                         marker=styles.marker[attn], markerfacecolor="white" if hollow else styles.color[attn],
                         linewidth=2.0, linestyle=(0, (4, 2)) if hollow else "-",
@@ -352,10 +369,8 @@ def plot_near_miss_error(study: list[Any], path: Target, fmt: str | None = None)
             mine = [p for p in study if p.attn == attn and p.width == width and p.errors()]
             if not mine:
                 continue
-            for p in mine:
-                ax.scatter([float(p.sequences)] * len(p.errors()), [100 * e for e in p.errors()],
-                           color=styles.color[attn], s=10, alpha=0.5, zorder=2)
             hollow = width != widths[0]
+            _per_seed(ax, mine, lambda s: s.near_miss_error, styles.color[attn], hollow)
             ax.plot([float(p.sequences) for p in mine], [100 * stable_mean(p.errors()) for p in mine],
                     color=styles.color[attn], marker=styles.marker[attn],
                     markerfacecolor="white" if hollow else styles.color[attn], linewidth=2.0,
