@@ -15,6 +15,7 @@ from lengthgen.leaderboard.budget import (
     SeedResult,
     budget_table,
     near_miss_error,
+    near_miss_share,
     points,
     trend,
 )
@@ -103,6 +104,15 @@ def test_the_table_gives_means_seeds_and_the_paper() -> None:
     assert cells[:5] == ["asentmax", "3,000", "128", "192 K", "3"]
     assert cells[6].startswith("20.0 [") and cells[6].endswith("seeds 10.0 / 20.0 / 30.0")
     assert cells[7].startswith("2.02%")  # 1 − (0.5 / 0.96)^(1/32)
+    # near misses alone fail 1 − (1 − 0.0202)^136 = 93.9% at 1024x, more than the 90 / 80 / 70% wrong
+    assert cells[8].startswith("100% seeds 100 / 100 / 100")
+    # 0.2015% per near miss fails 1 − (1 − e)^136 = 24.0% of the samples: half of 50% wrong, a third of 72%
+    rows = study_rows({("softmax", 3000, 0): {8: 0.96, 1024: 0.5},
+                       ("softmax", 3000, 1): {8: 0.96, 1024: 0.28}}, planted=0.9)
+    cells = [c.plain for c in budget_table(points(rows)).rows[0].cells]
+    assert cells[8] == "41% seeds 48 / 33"
+    assert near_miss_share(0.0023, 0.635) == pytest.approx((1 - 0.9977 ** 136) / 0.365)
+    assert near_miss_share(0.01, 1.0) is None and near_miss_share(None, 0.5) is None
     assert [c.plain for c in table.pinned[0].cells][:1] == ["paper: asentmax"]
 
 

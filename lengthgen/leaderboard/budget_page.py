@@ -43,7 +43,9 @@ def _intro(source: StudySource) -> str:
             "steps of 64 sequences (the board's recipe, learning rate 5e-4 with 1,500 warm-up steps, the "
             "cosine decay stretched over each budget), and ASEntmax and softmax at width 256 for 12,000 "
             "steps, three seeds each, tested to 1024× on at least 64 samples per length, and at 8× with "
-            f"{PLANTED} near misses planted per query. `{source.plan}` makes every run "
+            f"{PLANTED} near misses planted per query (the error per near miss, and from it the share of "
+            "the 1024× failures that near misses account for). "
+            f"`{source.plan}` makes every run "
             f"(`lengthgen sweep --plan {source.plan} --out {source.data}`); the table shows what is "
             "recorded so far.")
 

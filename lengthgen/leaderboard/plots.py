@@ -291,7 +291,7 @@ BUDGET_CAPTION = (
 NEAR_MISS_CAPTION = (
     "The chance that one near miss makes its query wrong (8 planted per query at 8×), against training "
     "sequences: the mean over seeds (thick) and each seed (dots, joined across budgets by a thin line); the "
-    "dotted line is what 95% at 1024× allows (34 near misses per query, 4 queries)."
+    "dotted line is what 95% at 1024× allows (34 near misses per query at 1024×, 4 queries)."
 )
 
 
