@@ -49,13 +49,14 @@ ROWS = {
 
 
 def study_rows(scores: dict[tuple[str, int, int], dict[int, float]],
-               planted: float | None = 0.5) -> pd.DataFrame:
+               planted: float | None = 0.5, width: int | None = None) -> pd.DataFrame:
     """Rows of MQMTAR runs (attn, steps, seed) with exact match per factor (64 samples each), plus
-    a row with 8 near misses planted at 8× scoring ``planted``."""
+    a row with 8 near misses planted at 8× scoring ``planted``; ``width``: another model width."""
     rows = []
+    wider = {"arch.d_model": width, "arch.n_heads": width // 32, "arch.d_ff": 2 * width} if width else {}
     for (attn, steps, seed), by_factor in sorted(scores.items()):
         config = build_run_config("mqmtar", attn, preset="paper-tasks", seed=seed,
-                                  overrides={"train.steps": steps, "eval.min_samples": 64})
+                                  overrides={"train.steps": steps, "eval.min_samples": 64, **wider})
         base = {"run_id": f"mqmtar-{attn}-nape-s{seed}-{config.config_hash()[:8]}", "task": "mqmtar",
                 "attn": attn, "pos": "nape", "seed": seed, "preset": "paper-tasks", "train_length": 64,
                 "steps": steps, "config_hash": config.config_hash(), "config_json": config.canonical_json(),

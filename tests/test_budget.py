@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
 from lengthgen.leaderboard import render
@@ -154,6 +155,10 @@ def test_the_answer_states_each_budget_its_seeds_and_the_paper() -> None:
                     "62.5% (seeds 3 / 1 at 3,000 / 12,000 steps); the paper, after 390,625 steps of 128 "
                     "sequences: asentmax 95.3%.")
     assert answer_line(StudySource(study_rows({}), 33, "p", "d")) is None
+    wide = study_rows({("softmax", 12000, 0): {8: 0.97, 1024: 0.5}}, width=256)
+    both = StudySource(pd.concat([study_rows(scores), wide], ignore_index=True), 33, "p", "d")
+    assert answer_line(both) == line.replace("6 runs recorded of 33 planned, 4",
+                                             "7 runs recorded of 33 planned, 5")  # the preset width only
     from tests.leaderboard_rows import ROWS, make_rows
 
     readme = render(make_rows(ROWS), budget=StudySource(study_rows(scores), 33, "p", "d")).files["README.md"]

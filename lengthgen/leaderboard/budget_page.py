@@ -65,13 +65,16 @@ def answer_line(source: StudySource, factor: int = 1024) -> str | None:
     if not study:
         return None
     width = min(p.width for p in study)
-    parts = []
+    parts, shown = [], set()
     for attn in sorted({p.attn for p in study}):
         mine = sorted((p for p in study if p.attn == attn and p.width == width), key=lambda p: p.steps)
+        if not mine:  # tested only at another width so far
+            continue
         means = " → ".join(f"{pct(seed_interval(p.values(factor)).mean)}%" for p in mine)
         parts.append(f"{attn} {means} ({_tested(tuple((p.steps, len(p.values(factor))) for p in mine))})")
+        shown.add(attn)
     paper = ", ".join(f"{attn} {pct(scores[factor])}%" for attn, scores in PAPER_POINT.items()
-                      if any(p.attn == attn for p in study))
+                      if attn in shown)
     status = missing_note(recorded, source.planned_runs)
     return (f"mqmtar trained longer (the training-budget study, {status}): exact match at {factor}× "
             f"(width {width}, mean over seeds): {'; '.join(parts)}; the paper, after {PAPER_STEPS:,} steps "
