@@ -232,18 +232,21 @@ UNCLAIMED_SHOWN = 1e-4
 def heads_lines(report: HeadsReport, label: str, mass: float) -> list[str]:
     """``lengthgen heads``: a line per head, then (for tasks that name roles) what each head's
     most-weighted key is over right and wrong answer tokens. The weight a row leaves to no key is a
-    column only for backends whose rows do that (stick-breaking)."""
+    column only for backends whose rows do that (stick-breaking), the mean increment of a
+    cumulative bias only for backends that have one (FoX)."""
     unclaimed = any(h.unclaimed > UNCLAIMED_SHOWN for h in report.heads)
+    biased = any(h.bias_per_token is not None for h in report.heads)
     lines = [f"{report.run_id}{variant_mark(label)} at {report.factor}x (length {report.length}, "
              f"{report.n_samples} test samples): token accuracy {100 * report.accuracy:.1f}%",
              f"{'layer':>5} {'head':>4} {'position':>10} {f'keys for {mass:.0%}':>13} {'top weight':>10} "
              f"{'top key distance':>22} {'half weight within':>18} {'accuracy without':>16}"
-             + (f" {'unclaimed':>9}" if unclaimed else "")]
+             + (f" {'unclaimed':>9}" if unclaimed else "") + (f" {'bias per token':>14}" if biased else "")]
     for h in report.heads:
         where = f"{h.distance} ({100 * h.distance_share:.0f}% of rows)"
         lines.append(f"{h.layer:>5} {h.head:>4} {h.position:>10} {h.keys_for_mass:>13.1f} "
                      f"{h.top_weight:>10.2f} {where:>22} {h.half_weight_distance:>18.1f} "
-                     f"{100 * h.accuracy_without:>15.1f}%" + (f" {h.unclaimed:>9.3f}" if unclaimed else ""))
+                     f"{100 * h.accuracy_without:>15.1f}%" + (f" {h.unclaimed:>9.3f}" if unclaimed else "")
+                     + (f" {h.bias_per_token:>14.4f}" if biased and h.bias_per_token is not None else ""))
     if any(h.roles for h in report.heads):
         lines.append("what each head's most-weighted key is, over answer tokens the model gets "
                      "right / wrong:")

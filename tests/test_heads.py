@@ -139,6 +139,7 @@ def test_profiles_cover_every_head_and_an_unused_head_costs_nothing(
     assert heads[0].accuracy_without == pytest.approx(accuracy)
     assert all(1 <= h.keys_for_mass and 0 < h.top_weight <= 1 and 0 < h.distance_share <= 1 for h in heads)
     assert all(0 <= h.half_weight_distance < 8 and h.unclaimed < 1e-6 for h in heads)  # softmax rows
+    assert all(h.bias_per_token is None for h in heads)
 
 
 def test_command_prints_one_line_per_head(tmp_path: Path, tiny_config: Callable[..., RunConfig]) -> None:
@@ -159,6 +160,34 @@ def test_command_prints_one_line_per_head(tmp_path: Path, tiny_config: Callable[
     assert {line.split()[2] for line in lines[2:2 + n]} <= {"ALiBi", "NoPE"}
     assert lines[2 + n].startswith("what each head's most-weighted key is")
     assert all(" right: " in line and " | wrong: " in line for line in lines[3 + n:])
+
+
+@BASELINES
+def test_a_fox_run_shows_each_heads_forget_gate(
+    tmp_path: Path, tiny_config: Callable[..., RunConfig]
+) -> None:
+    """With constant gates f_h = σ(b_h) every increment is log σ(b_h): the column is exactly that."""
+    from lengthgen.harness.recorded.heads import HeadsReport
+    from lengthgen.harness.recorded.saved import load_model, load_saved_run
+    from lengthgen.output import heads_lines
+
+    torch.set_num_threads(1)
+    frame = execute(tiny_config(attn="fox"), tmp_path, progress=False)
+    run = load_saved_run(tmp_path / frame["run_id"].iloc[0])
+    task = get_task("copy")
+    model = load_model(run, run.config, task.vocab.size, torch.device("cpu"))
+    n_heads = model.blocks[0].attn.n_heads
+    gate_bias = torch.linspace(-2.0, 3.0, n_heads)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.backend.gate.weight.zero_()
+            block.attn.backend.gate.bias.copy_(gate_bias)
+    accuracy, heads = profile_heads(model, task, 8, 6, 10_000, torch.device("cpu"))
+    expected = torch.nn.functional.logsigmoid(gate_bias).tolist() * 2
+    assert [h.bias_per_token for h in heads] == pytest.approx(expected, rel=1e-6)
+    lines = heads_lines(HeadsReport("r", 8, 1, 6, accuracy, tuple(heads)), "", 0.9)
+    assert lines[1].split()[-3:] == ["bias", "per", "token"]
+    assert [float(line.split()[-1]) for line in lines[2:2 + len(heads)]] == pytest.approx(expected, abs=1e-4)
 
 
 @BASELINES

@@ -13,6 +13,8 @@ evaluation scores (the same test set, ``harness/evaluate.test_batches``), it mea
   within which half of a row's weight lies (a head that forgets the far past, as a forget gate or a
   stick-breaking row can, keeps it short at any length);
 * for rows that need not sum to one (stick-breaking's), the weight a row leaves to no key;
+* for a backend with a cumulative bias (FoX's forget gates), its mean increment per token: the
+  log-gate by which a key's score falls for every token between it and the query (0: no forgetting);
 * what the model loses without it: token accuracy with that head's output set to zero
   (a knock-out, one forward pass per head);
 * for tasks that name the roles of positions (``Task.key_role``, e.g. MQMTAR's "matching pair" and
@@ -81,6 +83,8 @@ class HeadTally:
     top_weight: float = 0.0
     half_distance: float = 0.0
     unclaimed: float = 0.0
+    bias_sum: float = 0.0  # increments of a cumulative bias, over every position it was computed at
+    bias_positions: int = 0
     distances: Counter[int] = field(default_factory=Counter)
 
     def add(self, p: Tensor, q_pos: Tensor, scored: Tensor) -> None:
@@ -105,6 +109,7 @@ class HeadProfile:
     distance_share: float  # share of rows whose most-weighted key is at that distance
     half_weight_distance: float  # mean distance within which half of a row's weight lies
     unclaimed: float  # mean weight a row gives no key (0 for rows that sum to one)
+    bias_per_token: float | None  # mean increment of the backend's cumulative bias (None: it has none)
     accuracy_without: float  # token accuracy with this head's output zeroed
     #: (answer token right?, role of the most-weighted key) -> rows; empty if the task names no roles
     roles: dict[tuple[bool, str], int] = field(default_factory=dict)
@@ -136,14 +141,21 @@ def _hooked(model: Transformer, hook: Any) -> Iterator[None]:
             handle.remove()
 
 
+def bias_increments(backend: AttentionBackend, args: tuple[Any, ...],
+                    kwargs: Mapping[str, Any]) -> Tensor | None:
+    """The increments (B, H, Nk) of the backend's cumulative bias in this forward call, or None."""
+    x = args[3]
+    x_keys = kwargs.get("x_keys", args[7] if len(args) > 7 else None)
+    return backend.cumulative_bias(x if x_keys is None else x_keys)
+
+
 def head_weights(backend: AttentionBackend, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                  rows: Tensor) -> tuple[Tensor, Tensor]:
     """The weights (B, H, R, Nk) a backend gave the query rows at positions ``rows``, recomputed
     from the arguments of its forward call (``AttentionBackend.forward``'s, positional and keyword),
     and those rows' positions (R,)."""
     q, k, v, x, q_pos, slopes = args[:6]
-    x_keys = kwargs.get("x_keys", args[7] if len(args) > 7 else None)
-    increments = backend.cumulative_bias(x if x_keys is None else x_keys)
+    increments = bias_increments(backend, args, kwargs)
     keep = torch.isin(q_pos, rows)
     q, x, q_pos = q[:, :, keep], x[:, keep], q_pos[keep]
     scale = backend.query_scale(x, q_pos)
@@ -200,6 +212,7 @@ def profile_heads(model: Transformer, task: Task, length: int, n_samples: int, b
             profiles.append(HeadProfile(
                 layer, h, labels[h], tally.keys / tally.rows, tally.top_weight / tally.rows, int(distance),
                 count / tally.rows, tally.half_distance / tally.rows, tally.unclaimed / tally.rows,
+                tally.bias_sum / tally.bias_positions if tally.bias_positions else None,
                 hits[layer][h] / scored, dict(roles[layer][h])))
     return right / scored, profiles
 
@@ -212,8 +225,12 @@ def _measuring(tallies: list[list[HeadTally]], layer_of: dict[int, int], batch: 
     def hook(module: AttentionBackend, args: tuple[Any, ...], kwargs: dict[str, Any], output: Tensor) -> None:
         p, q_pos = head_weights(module, args, kwargs, batch.query_positions)
         keep = torch.isin(batch.query_positions, q_pos)
+        increments = bias_increments(module, args, kwargs)
         for h, tally in enumerate(tallies[layer_of[id(module)]]):
             tally.add(p[:, h], q_pos, batch.mask[:, keep])
+            if increments is not None:
+                tally.bias_sum += float(increments[:, h].sum(dtype=torch.float64))
+                tally.bias_positions += increments[:, h].numel()
         tops[layer_of[id(module)]] = (p.argmax(dim=-1), q_pos)
 
     return hook
