@@ -416,6 +416,9 @@ def heads_command(
     factor: int = typer.Option(2, "--factor", help="Test at the training length times this."),
     samples: int = typer.Option(32, "--samples", help="Test samples (the evaluation's test set)."),
     param: Variant = None,  # type: ignore[assignment]
+    knock_out: bool = typer.Option(True, "--knock-out/--no-knock-out",
+                                   help="Also measure the accuracy without each head (one more forward "
+                                        "pass per head: most of the time at long lengths)."),
     device: Where = "auto",
     trust_plugins: Trust = False,
 ) -> None:
@@ -428,7 +431,7 @@ def heads_command(
 
     params = parse_assignments(param, "--param")
     with trusted_plugins(everything=trust_plugins):
-        report = profile_run(input_path(path, "PATH"), factor, samples, device, params)
+        report = profile_run(input_path(path, "PATH"), factor, samples, device, params, knock_out)
     _print(output.heads_lines(report, variant_label(params), MASS))
 
 

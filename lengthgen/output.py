@@ -245,7 +245,7 @@ def heads_lines(report: HeadsReport, label: str, mass: float) -> list[str]:
         where = f"{h.distance} ({100 * h.distance_share:.0f}% of rows)"
         lines.append(f"{h.layer:>5} {h.head:>4} {h.position:>10} {h.keys_for_mass:>13.1f} "
                      f"{h.top_weight:>10.2f} {where:>22} {h.half_weight_distance:>18.1f} "
-                     f"{100 * h.accuracy_without:>15.1f}%" + (f" {h.unclaimed:>9.3f}" if unclaimed else "")
+                     f"{_share(h.accuracy_without):>16}" + (f" {h.unclaimed:>9.3f}" if unclaimed else "")
                      + (f" {h.bias_per_token:>14.4f}" if biased and h.bias_per_token is not None else ""))
     if any(h.roles for h in report.heads):
         lines.append("what each head's most-weighted key is, over answer tokens the model gets "
@@ -253,6 +253,11 @@ def heads_lines(report: HeadsReport, label: str, mass: float) -> list[str]:
         lines += [f"{h.layer:>5} {h.head:>4} {h.position:>10}  right: {_role_shares(h.roles, True)}"
                   f" | wrong: {_role_shares(h.roles, False)}" for h in report.heads]
     return lines
+
+
+def _share(value: float | None) -> str:
+    """A fraction as a percentage with one decimal; "—" where it was not measured."""
+    return "—" if value is None else f"{100 * value:.1f}%"
 
 
 def _role_shares(roles: Mapping[tuple[bool, str], int], right: bool) -> str:

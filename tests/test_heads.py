@@ -160,6 +160,13 @@ def test_command_prints_one_line_per_head(tmp_path: Path, tiny_config: Callable[
     assert {line.split()[2] for line in lines[2:2 + n]} <= {"ALiBi", "NoPE"}
     assert lines[2 + n].startswith("what each head's most-weighted key is")
     assert all(" right: " in line and " | wrong: " in line for line in lines[3 + n:])
+    # without the knock-outs: the same lines but for their accuracy, which is not measured
+    quick = runner.invoke(app, ["heads", str(run_dir), "--factor", "2", "--samples", "4", "--no-knock-out"])
+    assert quick.exit_code == 0, quick.output
+    fast = quick.output.strip().splitlines()
+    assert [line.rsplit(maxsplit=1)[0] for line in fast[2:2 + n]] == [
+        line.rsplit(maxsplit=1)[0] for line in lines[2:2 + n]]
+    assert {line.split()[-1] for line in fast[2:2 + n]} == {"—"} and fast[2 + n:] == lines[2 + n:]
 
 
 @BASELINES

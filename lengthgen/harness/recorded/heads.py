@@ -110,7 +110,7 @@ class HeadProfile:
     half_weight_distance: float  # mean distance within which half of a row's weight lies
     unclaimed: float  # mean weight a row gives no key (0 for rows that sum to one)
     bias_per_token: float | None  # mean increment of the backend's cumulative bias (None: it has none)
-    accuracy_without: float  # token accuracy with this head's output zeroed
+    accuracy_without: float | None  # token accuracy with this head's output zeroed (None: not measured)
     #: (answer token right?, role of the most-weighted key) -> rows; empty if the task names no roles
     roles: dict[tuple[bool, str], int] = field(default_factory=dict)
 
@@ -182,8 +182,9 @@ def _slope(s: float) -> str:
 
 @torch.no_grad()
 def profile_heads(model: Transformer, task: Task, length: int, n_samples: int, batch_tokens: int,
-                  device: torch.device) -> tuple[float, list[HeadProfile]]:
-    """Token accuracy and one profile per (layer, head) on ``n_samples`` test samples of ``length``."""
+                  device: torch.device, knock_out: bool = True) -> tuple[float, list[HeadProfile]]:
+    """Token accuracy and one profile per (layer, head) on ``n_samples`` test samples of ``length``;
+    ``knock_out``: also the accuracy without each head (a forward pass per head and batch)."""
     model.eval()
     backends = _backends(model)
     n_heads = model.blocks[0].attn.n_heads
@@ -199,7 +200,7 @@ def profile_heads(model: Transformer, task: Task, length: int, n_samples: int, b
         intact = score(logits, batch)
         right, scored = right + intact.tokens_right, scored + intact.tokens_scored
         _count_roles(task, batch, logits.argmax(-1) == batch.targets, tops, roles)
-        for layer in range(len(backends)):
+        for layer in range(len(backends) if knock_out else 0):
             for h in range(n_heads):
                 with _hooked(model, _knock_out(layer_of, layer, h)):
                     hits[layer][h] += score(model(batch.input_ids, batch.query_positions, None),
@@ -213,7 +214,7 @@ def profile_heads(model: Transformer, task: Task, length: int, n_samples: int, b
                 layer, h, labels[h], tally.keys / tally.rows, tally.top_weight / tally.rows, int(distance),
                 count / tally.rows, tally.half_distance / tally.rows, tally.unclaimed / tally.rows,
                 tally.bias_sum / tally.bias_positions if tally.bias_positions else None,
-                hits[layer][h] / scored, dict(roles[layer][h])))
+                hits[layer][h] / scored if knock_out else None, dict(roles[layer][h])))
     return right / scored, profiles
 
 
@@ -279,10 +280,10 @@ def _batch_tokens(task: Task, length: int, model: Transformer) -> int:
 
 @reading_data()  # names from the folder's config: data, as in open_trained
 def profile_run(run_dir: Path, factor: int, n_samples: int, device: str | torch.device = "auto",
-                task_params: Mapping[str, Any] | None = None) -> HeadsReport:
+                task_params: Mapping[str, Any] | None = None, knock_out: bool = True) -> HeadsReport:
     """Load the trained run in ``run_dir`` and profile its heads at L·``factor``."""
     trained = open_trained(run_dir, factor, n_samples, device, task_params)
     batch_tokens = _batch_tokens(trained.task, trained.length, trained.model)
     accuracy, heads = profile_heads(trained.model, trained.task, trained.length, n_samples, batch_tokens,
-                                    trained.device)
+                                    trained.device, knock_out)
     return HeadsReport(trained.run.run_id, trained.length, factor, n_samples, accuracy, tuple(heads))
