@@ -223,14 +223,14 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
                       10**predicted)
     estimates.sort()
     low, high = estimates[int(0.025 * len(estimates))], estimates[int(0.975 * len(estimates)) - 1]
-    verdict = (f"the line reaches {TARGET * 100:.0f}% at about {sequences_label(10**predicted)} training "
-               f"sequences (95% range {sequences_label(10**low)} … {sequences_label(10**high)})")
+    verdict = (f"the line reaches {TARGET * 100:.0f}% at about {_sequences(10**predicted)} training "
+               f"sequences (95% range {_sequences(10**low)} … {_sequences(10**high)})")
     if high - low > MAX_DECADES:
         verdict += f"; the range spans {high - low:.1f} decades: too wide to support the extrapolation"
     else:
         inside = low <= math.log10(PAPER_SEQUENCES) <= high
         where = "inside" if inside else "outside"
-        verdict += f"; the paper's {sequences_label(PAPER_SEQUENCES)} lies {where} it"
+        verdict += f"; the paper's {_sequences(PAPER_SEQUENCES)} lies {where} it"
     return result(b, verdict, 10**predicted, 10**low, 10**high)
 
 
@@ -238,7 +238,7 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def sequences_label(n: float) -> str:
+def _sequences(n: float) -> str:
     """Training sequences in a few characters: ``768 K``, ``50.0 M``."""
     if n >= 1e12:
         return f"{n:.1e}"
@@ -312,11 +312,11 @@ def budget_table(study: list[Point]) -> Table:
                       "query), as a share of those wrong there: predicted from the error per near miss",
                       numeric=True))
     body = [Row((Cell(p.attn), Cell(f"{p.steps:,}", float(p.steps)), Cell(str(p.width), float(p.width)),
-                 Cell(sequences_label(p.sequences), float(p.sequences)),
+                 Cell(_sequences(p.sequences), float(p.sequences)),
                  Cell(str(len(p.seeds)), len(p.seeds)),
                  *[_exact_cell(p, f) for f in LONG_FACTORS], _error_cell(p), _share_cell(p))) for p in study]
     pinned = [Row((Cell(f"paper: {attn}"), Cell(f"{PAPER_STEPS:,}"), Cell("512"),
-                   Cell(sequences_label(PAPER_SEQUENCES)), Cell("best of 3"),
+                   Cell(_sequences(PAPER_SEQUENCES)), Cell("best of 3"),
                    *[Cell(pct(scores[f])) for f in LONG_FACTORS], Cell("—"), Cell("—")), kind="paper")
               for attn, scores in PAPER_POINT.items() if any(p.attn == attn for p in study)]
     return Table(headers, tuple(body), tuple(pinned), label="MQMTAR at long lengths by training budget")

@@ -20,8 +20,8 @@ def resumes_mark(work: Work) -> str:
     if step is None:
         return ""
     if step >= work.config.train.steps:
-        left = [f"{f}x" for f in work.config.eval.factors() if f not in work.kept]
-        return f", trained: evaluates {', '.join(left) or 'nothing more'}"
+        left = ", ".join(f"{f}x" for f in work.to_evaluate)
+        return f", trained: evaluates {left or 'nothing more'}"
     return f", resumes its saved training at step {step:,}"
 
 
@@ -44,7 +44,7 @@ def work_seconds(work: Work, timings: Timings) -> float | None:
         more = timings.eval_seconds(work.config, work.factors)
         return None if again is None or more is None else again + more
     train = timings.train_seconds(work.config)
-    test = timings.eval_seconds(work.config, [f for f in work.config.eval.factors() if f not in work.kept])
+    test = timings.eval_seconds(work.config, work.to_evaluate)
     if train is None or test is None:
         return None
     steps = work.config.train.steps

@@ -392,6 +392,11 @@ class Work:
         return run_key(self.config)
 
     @property
+    def to_evaluate(self) -> list[int]:
+        """screen, seed: the factors its run evaluates, less those a stopped attempt kept."""
+        return [f for f in self.config.eval.factors() if f not in self.kept]
+
+    @property
     def label(self) -> str:
         """The variant as its rows name it (``eval_variant``); '' for the other kinds."""
         from lengthgen.harness.recorded.saved import changed_task_params, variant_label
