@@ -7,6 +7,7 @@ import pandas as pd
 from lengthgen.config import build_run_config
 from lengthgen.harness.evaluate import wilson_interval
 from lengthgen.harness.storage.results import rows_to_frame
+from lengthgen.leaderboard.copy_budget import recipe
 
 
 def make_rows(exact: dict[tuple[str, int], list[float]], task: str = "copy", n: int = 100,
@@ -68,4 +69,33 @@ def study_rows(scores: dict[tuple[str, int, int], dict[int, float]],
             rows.append({**base, "factor": 8, "eval_length": 512, "exact_match": planted,
                          "exact_match_lo": planted, "exact_match_hi": planted,
                          "eval_variant": "near_misses=8"})
+    return rows_to_frame(rows)
+
+
+#: The board's copy model at the paper-tasks preset (leaderboard/plan.toml's copy sweep).
+COPY_MODEL = {"arch.d_model": 256, "arch.n_heads": 16, "arch.d_ff": 1024, "train.warmup_steps": 200}
+
+
+def planned_recipe(attn: str, lr: float) -> str:
+    """The recipe of a copy study's runs of ``attn`` at ``lr`` (any seed, any step count)."""
+    config = build_run_config("copy", attn, preset="paper-tasks", seed=0,
+                              overrides={**COPY_MODEL, "train.lr": lr})
+    return recipe(config.canonical_json())
+
+
+def copy_study_rows(scores: dict[tuple[str, int, int], dict[int, float]], lr: float = 2e-3,
+                    max_factor: int = 64) -> pd.DataFrame:
+    """Rows of copy runs (attn, steps, seed) of the board's copy model at learning rate ``lr``, with
+    exact match per factor (256 samples each); ``max_factor``: the run's evaluation setting."""
+    rows = []
+    for (attn, steps, seed), by_factor in sorted(scores.items()):
+        config = build_run_config("copy", attn, preset="paper-tasks", seed=seed,
+                                  overrides={**COPY_MODEL, "train.lr": lr, "train.steps": steps,
+                                             "eval.max_factor": max_factor})
+        base = {"run_id": f"copy-{attn}-nape-s{seed}-{config.config_hash()[:8]}", "task": "copy",
+                "attn": attn, "pos": "nape", "seed": seed, "preset": "paper-tasks", "train_length": 64,
+                "steps": steps, "config_hash": config.config_hash(), "config_json": config.canonical_json(),
+                "status": "ok", "n_samples": 256}
+        rows += [{**base, "factor": factor, "eval_length": 64 * factor, "exact_match": value,
+                  "exact_match_lo": value, "exact_match_hi": value} for factor, value in by_factor.items()]
     return rows_to_frame(rows)

@@ -124,7 +124,7 @@ def test_the_board_section_shows_the_table_the_trend_and_both_figures() -> None:
                                     1024: 0.05 + 0.1 * k + 0.01 * seed}
               for attn in ("asentmax", "softmax") for k, steps in enumerate((3000, 12000, 48000))
               for seed in range(3)}
-    source = StudySource(study_rows(scores), 33, "leaderboard/budget.toml", "leaderboard/budget")
+    source = StudySource(study_rows(scores), {"mqmtar": 33}, "leaderboard/budget.toml", "leaderboard/budget")
     files = render(make_rows(ROWS), budget=source).files
     readme = files["README.md"].decode()
     assert f"## {TITLE}" in readme and "18 runs recorded of 33 planned, 18 tested to 1024×" in readme
@@ -134,7 +134,7 @@ def test_the_board_section_shows_the_table_the_trend_and_both_figures() -> None:
     assert {"plots/budget.svg", "plots/budget_near_misses.svg"} <= set(files)
     html = files["leaderboard.html"].decode()
     assert 'id="budget"' in html and html.count("data:image/svg+xml;base64,") == 5  # 3 board + 2 study
-    empty = render(make_rows(ROWS), budget=StudySource(study_rows({}), 33, "p", "d")).files
+    empty = render(make_rows(ROWS), budget=StudySource(study_rows({}), {"mqmtar": 33}, "p", "d")).files
     assert "0 runs recorded of 33 planned" in empty["README.md"].decode()
 
 
@@ -149,19 +149,20 @@ def test_the_answer_states_each_budget_its_seeds_and_the_paper() -> None:
     scores = {("asentmax", 3000, s): {8: 0.97, 256: 0.5, 1024: 0.125 * s} for s in range(3)}
     scores |= {("asentmax", 12000, 1): {8: 0.99, 256: 0.875, 1024: 0.625}}
     scores |= {("softmax", 3000, s): {8: 0.97, 256: 0.25} for s in range(2)}  # not tested at 1024x yet
-    line = answer_line(StudySource(study_rows(scores), 33, "p", "d"))
+    line = answer_line(StudySource(study_rows(scores), {"mqmtar": 33}, "p", "d"))
     assert line == ("mqmtar trained longer (the training-budget study, 6 runs recorded of 33 planned, 4 "
                     "tested to 1024×): exact match at 1024× (width 128, mean over seeds): asentmax 12.5% → "
                     "62.5% (seeds 3 / 1 at 3,000 / 12,000 steps); the paper, after 390,625 steps of 128 "
                     "sequences: asentmax 95.3%.")
-    assert answer_line(StudySource(study_rows({}), 33, "p", "d")) is None
+    assert answer_line(StudySource(study_rows({}), {"mqmtar": 33}, "p", "d")) is None
     wide = study_rows({("softmax", 12000, 0): {8: 0.97, 1024: 0.5}}, width=256)
-    both = StudySource(pd.concat([study_rows(scores), wide], ignore_index=True), 33, "p", "d")
+    both = StudySource(pd.concat([study_rows(scores), wide], ignore_index=True), {"mqmtar": 33}, "p", "d")
     assert answer_line(both) == line.replace("6 runs recorded of 33 planned, 4",
                                              "7 runs recorded of 33 planned, 5")  # the preset width only
     from tests.leaderboard_rows import ROWS, make_rows
 
-    readme = render(make_rows(ROWS), budget=StudySource(study_rows(scores), 33, "p", "d")).files["README.md"]
+    source = StudySource(study_rows(scores), {"mqmtar": 33}, "p", "d")
+    readme = render(make_rows(ROWS), budget=source).files["README.md"]
     answer = readme.decode().split("## The answer", 1)[1].split("\n\n")[1]
     assert answer.splitlines()[-1] == f"- {line}"
 

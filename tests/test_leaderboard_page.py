@@ -20,7 +20,7 @@ import pytest
 from lengthgen.harness.storage.results import write_parquet_atomic
 from lengthgen.leaderboard import write_leaderboard
 from lengthgen.leaderboard.budget_page import StudySource
-from tests.leaderboard_rows import ROWS, make_rows, study_rows
+from tests.leaderboard_rows import ROWS, copy_study_rows, make_rows, planned_recipe, study_rows
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="no selenium: pip install selenium")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -51,7 +51,12 @@ def page_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     scores = {(attn, steps, seed): {8: 0.97, 256: 0.3 + 0.2 * k + 0.02 * seed, 1024: 0.05 + 0.2 * k}
               for attn in ("asentmax", "softmax") for k, steps in enumerate((3000, 12000, 48000))
               for seed in range(3)}
-    study = StudySource(study_rows(scores), 33, "leaderboard/budget.toml", "leaderboard/budget")
+    copy_runs = {(attn, steps, seed): {8: 0.9, 16: 0.3 + 0.1 * k + 0.05 * seed, 32: 0.05 * k}
+                 for attn in ("asentmax", "softmax") for k, steps in enumerate((4000, 8000))
+                 for seed in range(3)}
+    study = StudySource(pd.concat([study_rows(scores), copy_study_rows(copy_runs)], ignore_index=True),
+                        {"mqmtar": 33, "copy": 6}, "leaderboard/budget.toml", "leaderboard/budget",
+                        frozenset({planned_recipe("asentmax", 2e-3), planned_recipe("softmax", 2e-3)}))
     write_leaderboard(rows, root, source=str(root), commit="abc1234", budget=study)
     return (root / "leaderboard.html").as_uri()
 
@@ -131,8 +136,8 @@ def test_every_table_sorts_on_click_with_indicator(browser: Any, page_url: str) 
     load(browser, page_url, 1400)
     tables = browser.find_elements(By.CSS_SELECTOR, "table.sortable")
     # effective length; copy, its settings and its paper-vs-ours; flip_flop and its settings; the budget
-    # study; how the runs were made; the commits that made the rows
-    assert len(tables) == 9
+    # study and its copy part; how the runs were made; the commits that made the rows
+    assert len(tables) == 10
     text_columns = 0
     for table in tables:
         col = sortable_column(table)
@@ -292,8 +297,11 @@ def test_the_budget_section_shows_its_table_trend_and_figures(browser: Any, page
         "  if (e.tagName === 'UL') e.querySelectorAll('li').forEach(function (l) {"
         "    out.trends.push(l.textContent); });"
         "} return out;")
-    assert section["tables"] == 1 and section["figures"] == 2
-    assert len(section["trends"]) == 2 and all("reaches 95% at about" in t for t in section["trends"])
+    assert section["tables"] == 2 and section["figures"] == 3  # MQMTAR: 1 and 2; its copy part: 1 and 1
+    trends, copy = section["trends"][:2], section["trends"][2:]
+    assert all("reaches 95% at about" in t for t in trends)
+    assert copy == ["asentmax: 35.0% at 4,000 steps (3 seeds) → 45.0% at 8,000 steps (3 seeds)",
+                    "softmax: 35.0% at 4,000 steps (3 seeds) → 45.0% at 8,000 steps (3 seeds)"]
     assert console_errors(browser) == []
 
 

@@ -12,7 +12,8 @@ the paper-protocol run, the tie-break), ``paper`` (the paper's numbers and proto
 (the long table of numbers), ``tables`` (table model, Markdown, CSV), ``views`` (what each table
 shows), ``headline`` (the first screen: a sentence per task and the task × backend matrix),
 ``commits`` (which code made the rows), ``budget`` (the training-budget study's numbers: points,
-the per-near-miss error, the trend) and ``budget_page`` (its section of the board), ``reasons``
+the per-near-miss error, the trend), ``copy_budget`` (its copy part, which starts from the board's
+copy runs) and ``budget_page`` (its section of the board), ``reasons``
 (why a cell's seeds did not learn), ``ablations`` (the ablation folders), ``sources`` (our folder
 and submitted ones), ``verified`` (what the verification report covers), ``page`` (HTML, CSS,
 JavaScript), ``plots`` (figures, and ``lengthgen plot``'s), ``latex`` (tables for papers),

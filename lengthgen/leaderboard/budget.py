@@ -114,10 +114,12 @@ def near_miss_share(error: float | None, exact_1024: float | None) -> float | No
     return min(1.0, from_near_misses / (1 - exact_1024))
 
 
-def points(rows: pd.DataFrame) -> list[Point]:
-    """The study's points from its rows (ok rows of MQMTAR; variants other than the planted near
-    misses are ignored), by backend, width and steps."""
-    ok = rows[(rows["status"] == "ok") & (rows["task"] == "mqmtar")].dropna(subset=["factor"])
+def points(rows: pd.DataFrame, task: str = "mqmtar") -> list[Point]:
+    """The study's points from its rows (ok rows of ``task``; variants other than MQMTAR's planted
+    near misses are ignored), by backend, width and steps."""
+    if rows.empty:
+        return []
+    ok = rows[(rows["status"] == "ok") & (rows["task"] == task)].dropna(subset=["factor"])
     planted_variant = f"near_misses={PLANTED}"
     out = []
     meta: dict[str, tuple[str, int, int, int]] = {}
@@ -181,7 +183,7 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
     tested = [p for p in study if p.attn == attn and p.width == width and p.values(factor)]
     mine = [p for p in tested if len(p.values(factor)) >= MIN_SEEDS]
     counts = tuple((p.steps, len(p.values(factor))) for p in tested)
-    left_out = "".join(f"; {p.steps:,} steps left out ({_count(len(p.values(factor)), 'seed')} so far)"
+    left_out = "".join(f"; {p.steps:,} steps left out ({count_label(len(p.values(factor)), 'seed')} so far)"
                        for p in tested if p not in mine)
     data = [(math.log10(p.sequences), _logit(s.exact[factor], s.samples.get(factor, 1)))
             for p in mine for s in p.seeds if factor in s.exact]
@@ -192,7 +194,7 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
         return Trend(attn, len(mine), seeds, slope, predicted, low, high, verdict + left_out, counts)
 
     if len(mine) < 2:
-        return result(None, f"{_count(len(mine), 'budget')} with {MIN_SEEDS} or more seeds so far: "
+        return result(None, f"{count_label(len(mine), 'budget')} with {MIN_SEEDS} or more seeds so far: "
                             "no trend to fit yet")
     fit = _line([x for x, _ in data], [y for _, y in data])
     assert fit is not None
@@ -223,22 +225,22 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
                       10**predicted)
     estimates.sort()
     low, high = estimates[int(0.025 * len(estimates))], estimates[int(0.975 * len(estimates)) - 1]
-    verdict = (f"the line reaches {TARGET * 100:.0f}% at about {_sequences(10**predicted)} training "
-               f"sequences (95% range {_sequences(10**low)} … {_sequences(10**high)})")
+    verdict = (f"the line reaches {TARGET * 100:.0f}% at about {sequences_label(10**predicted)} training "
+               f"sequences (95% range {sequences_label(10**low)} … {sequences_label(10**high)})")
     if high - low > MAX_DECADES:
         verdict += f"; the range spans {high - low:.1f} decades: too wide to support the extrapolation"
     else:
         inside = low <= math.log10(PAPER_SEQUENCES) <= high
         where = "inside" if inside else "outside"
-        verdict += f"; the paper's {_sequences(PAPER_SEQUENCES)} lies {where} it"
+        verdict += f"; the paper's {sequences_label(PAPER_SEQUENCES)} lies {where} it"
     return result(b, verdict, 10**predicted, 10**low, 10**high)
 
 
-def _count(n: int, noun: str) -> str:
+def count_label(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def _sequences(n: float) -> str:
+def sequences_label(n: float) -> str:
     """Training sequences in a few characters: ``768 K``, ``50.0 M``."""
     if n >= 1e12:
         return f"{n:.1e}"
@@ -261,7 +263,8 @@ def _seeds_label(pairs: list[tuple[int, str]]) -> str:
     return f"seed{'s' if len(numbers) > 1 else ''} {' / '.join(map(str, numbers))}: {values}"
 
 
-def _exact_cell(point: Point, factor: int) -> Cell:
+def exact_cell(point: Point, factor: int) -> Cell:
+    """Exact match at ``factor``: the mean over seeds, its interval and every seed."""
     values = point.values(factor)
     if not values:
         return Cell("—", -1.0, "not evaluated yet")
@@ -269,7 +272,7 @@ def _exact_cell(point: Point, factor: int) -> Cell:
     seeds = _seeds_label([(s.seed, pct(s.exact[factor])) for s in point.seeds if factor in s.exact])
     samples = sorted({s.samples[factor] for s in point.seeds if factor in s.samples})
     detail = f"[{pct(ci.lo)}, {pct(ci.hi)}]" if ci.method == "t" else ""
-    return Cell(pct(ci.mean), ci.mean, f"mean over {_count(ci.n, 'seed')}; {seeds}; "
+    return Cell(pct(ci.mean), ci.mean, f"mean over {count_label(ci.n, 'seed')}; {seeds}; "
                 f"{'/'.join(map(str, samples))} test samples each", detail=f"{detail} {seeds}".strip(),
                 wrap=True)
 
@@ -281,8 +284,9 @@ def _error_cell(point: Point) -> Cell:
     mean = sum(errors) / len(errors)
     seeds = _seeds_label([(s.seed, f"{100 * s.near_miss_error:.2f}") for s in point.seeds
                           if s.near_miss_error is not None])
-    return Cell(f"{100 * mean:.2f}%", mean, f"per near miss and query, mean over "
-                f"{_count(len(errors), 'seed')} ({seeds}%); 95% at 1024× allows {100 * ALLOWED_ERROR:.3f}%",
+    over = count_label(len(errors), "seed")
+    return Cell(f"{100 * mean:.2f}%", mean, f"per near miss and query, mean over {over} ({seeds}%); "
+                f"95% at 1024× allows {100 * ALLOWED_ERROR:.3f}%",
                 detail=seeds, wrap=True)
 
 
@@ -294,7 +298,7 @@ def _share_cell(point: Point) -> Cell:
     seeds = _seeds_label([(seed, pct(v, 0)) for seed, v in shares])
     return Cell(f"{pct(mean, 0)}%", mean, f"share of the samples wrong at 1024× that near misses alone make "
                 f"wrong, predicted from the error per near miss ({NEAR_MISSES_1024} per query at 1024×), "
-                f"mean over {_count(len(shares), 'seed')} ({seeds}%)", detail=seeds, wrap=True)
+                f"mean over {count_label(len(shares), 'seed')} ({seeds}%)", detail=seeds, wrap=True)
 
 
 def budget_table(study: list[Point]) -> Table:
@@ -312,11 +316,11 @@ def budget_table(study: list[Point]) -> Table:
                       "query), as a share of those wrong there: predicted from the error per near miss",
                       numeric=True))
     body = [Row((Cell(p.attn), Cell(f"{p.steps:,}", float(p.steps)), Cell(str(p.width), float(p.width)),
-                 Cell(_sequences(p.sequences), float(p.sequences)),
+                 Cell(sequences_label(p.sequences), float(p.sequences)),
                  Cell(str(len(p.seeds)), len(p.seeds)),
-                 *[_exact_cell(p, f) for f in LONG_FACTORS], _error_cell(p), _share_cell(p))) for p in study]
+                 *[exact_cell(p, f) for f in LONG_FACTORS], _error_cell(p), _share_cell(p))) for p in study]
     pinned = [Row((Cell(f"paper: {attn}"), Cell(f"{PAPER_STEPS:,}"), Cell("512"),
-                   Cell(_sequences(PAPER_SEQUENCES)), Cell("best of 3"),
+                   Cell(sequences_label(PAPER_SEQUENCES)), Cell("best of 3"),
                    *[Cell(pct(scores[f])) for f in LONG_FACTORS], Cell("—"), Cell("—")), kind="paper")
               for attn, scores in PAPER_POINT.items() if any(p.attn == attn for p in study)]
     return Table(headers, tuple(body), tuple(pinned), label="MQMTAR at long lengths by training budget")

@@ -288,6 +288,12 @@ BUDGET_CAPTION = (
     "markers, dashed), the paper's reported points at its budget (crosses) and, at 1024×, the fitted "
     "trend of the preset width carried to the paper's budget (thin dashes; see the table for its range)."
 )
+COPY_BUDGET_CAPTION = (
+    "Copy exact match at 16× (left) and 32× (right) against training sequences (log scale): the mean over "
+    "seeds of each backend (thick), each seed (dots, joined across budgets by a thin line) and the paper's "
+    "reported points at its budget (crosses; its two backends report 99.4% at 16× and 96.1–96.3% at 32×, "
+    "so theirs overlap). The first budget is the board's own runs."
+)
 NEAR_MISS_CAPTION = (
     "The chance that one near miss makes its query wrong (8 planted per query at 8×), against training "
     "sequences: the mean over seeds (thick) and each seed (dots, joined across budgets by a thin line); the "
@@ -313,16 +319,47 @@ def _per_seed(ax: Any, mine: list[Any], value: Callable[[Any], float | None], co
                     linestyle=(0, (4, 2)) if dashed else "-")
 
 
+#: A line to draw: its x and y values.
+Curve = tuple[list[float], list[float]]
+#: (backend, width, factor, the smallest budget) -> the fitted trend's line on that panel, or None.
+TrendLine = Callable[[str, int, int, float], "Curve | None"]
+
+
 def plot_budget(study: list[Any], path: Target, fmt: str | None = None) -> Any:
-    """Exact match at 256× and 1024× against training sequences, a line per backend and width."""
+    """MQMTAR's exact match at 256× and 1024× against training sequences, a line per backend and
+    width, with the paper's points and, at 1024×, the fitted trend."""
     from lengthgen.leaderboard.budget import LONG_FACTORS, PAPER_POINT, PAPER_SEQUENCES, TARGET, trend
 
-    TARGET_LOGIT = math.log(TARGET / (1 - TARGET))  # noqa: N806 - a constant of this figure
+    target_logit = math.log(TARGET / (1 - TARGET))
 
+    def trend_line(attn: str, width: int, factor: int, x_low: float) -> Curve | None:
+        fitted = trend(study, attn, width, factor)
+        if factor != LONG_FACTORS[-1] or not fitted.predicted or not fitted.slope:
+            return None
+        xs, at = [x_low, float(PAPER_SEQUENCES)], math.log10(fitted.predicted)
+        return xs, [100 / (1 + math.exp(-(target_logit + fitted.slope * (math.log10(x) - at)))) for x in xs]
+
+    return _plot_study(study, path, fmt, LONG_FACTORS, PAPER_POINT, PAPER_SEQUENCES, trend_line)
+
+
+def plot_copy_budget(study: list[Any], path: Target, fmt: str | None = None) -> Any:
+    """Copy's exact match at 16× and 32× against training sequences, a line per backend."""
+    from lengthgen.leaderboard.copy_budget import PAPER_COPY_SEQUENCES
+
+    paper = {attn: {f: v / 100 for f, v in scores.items()} for attn, scores in PAPER_REPORTED["copy"].items()}
+    return _plot_study(study, path, fmt, (16, 32), paper, PAPER_COPY_SEQUENCES, None)
+
+
+def _plot_study(study: list[Any], path: Target, fmt: str | None, factors: tuple[int, ...],
+                paper: dict[str, dict[int, float]], paper_sequences: float,
+                trend_line: TrendLine | None) -> Any:
+    """A panel per factor: exact match against training sequences (log x), each backend's mean over
+    seeds (thick; dashed and hollow for a wider model), each seed (thin), the paper's points, and a
+    trend line where ``trend_line`` gives one."""
     styles = Styles([p.attn for p in study], ["nape"])
     widths = sorted({p.width for p in study})
-    fig, axes = plt.subplots(1, len(LONG_FACTORS), figsize=(11.0, 4.0), layout="constrained", squeeze=False)
-    for ax, factor in zip(axes[0], LONG_FACTORS, strict=True):
+    fig, axes = plt.subplots(1, len(factors), figsize=(11.0, 4.0), layout="constrained", squeeze=False)
+    for ax, factor in zip(axes[0], factors, strict=True):
         for attn in sorted({p.attn for p in study}, key=backend_rank):
             for width in widths:
                 mine = [p for p in study if p.attn == attn and p.width == width and p.values(factor)]
@@ -336,15 +373,13 @@ def plot_budget(study: list[Any], path: Target, fmt: str | None = None) -> Any:
                         linewidth=2.0, linestyle=(0, (4, 2)) if hollow else "-",
                         label=legend_label(plain_text(f"{attn}" + (f" (width {width})" if len(widths) > 1
                                                                    else ""))))
-            fitted = trend(study, attn, widths[0], factor)
-            if factor == LONG_FACTORS[-1] and fitted.predicted and fitted.slope:
-                xs = [min(p.sequences for p in study), float(PAPER_SEQUENCES)]
-                at = math.log10(fitted.predicted)
-                ys = [100 / (1 + math.exp(-(TARGET_LOGIT + fitted.slope * (math.log10(x) - at)))) for x in xs]
-                ax.plot(xs, ys, color=styles.color[attn], linewidth=0.9, linestyle=(0, (2, 2)), zorder=1)
-        for attn, scores in PAPER_POINT.items():
-            if any(p.attn == attn for p in study):
-                ax.scatter([float(PAPER_SEQUENCES)], [100 * scores[factor]], marker="x", s=60,
+            first = min(p.sequences for p in study)
+            line = trend_line(attn, widths[0], factor, first) if trend_line else None
+            if line is not None:
+                ax.plot(*line, color=styles.color[attn], linewidth=0.9, linestyle=(0, (2, 2)), zorder=1)
+        for attn, scores in paper.items():
+            if any(p.attn == attn for p in study) and factor in scores:
+                ax.scatter([float(paper_sequences)], [100 * scores[factor]], marker="x", s=60,
                            color=styles.color[attn], label=plain_text(f"paper: {attn}"), zorder=3)
         ax.set_xscale("log")
         ax.set_ylim(-2, 102)

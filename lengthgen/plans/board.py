@@ -21,6 +21,8 @@ from lengthgen.harness.storage.results import load_results, usable
 from lengthgen.leaderboard import DEFAULT_TITLE, write_leaderboard
 from lengthgen.leaderboard.ablations import load_ablations
 from lengthgen.leaderboard.budget_page import StudySource
+from lengthgen.leaderboard.copy_budget import TASK as COPY_TASK
+from lengthgen.leaderboard.copy_budget import recipe
 from lengthgen.leaderboard.reasons import CellReason, check_reasons
 from lengthgen.leaderboard.sources import load_sources
 from lengthgen.paths import folder_for_writing, input_path
@@ -94,18 +96,23 @@ def plan_board(plan_file: str, results: str, rows: pd.DataFrame) -> PlanBoard:
     reasons = [CellReason(*cell) for cell in plan.cell_reasons()]
     return PlanBoard(mine, plan.title, plan.hardware, None if folder is None else str(folder),
                      rule_text(plan), reasons, dict(plan.numerics), screening_progress(states),
-                     budget_study(plan, plan_file))
+                     budget_study(plan, plan_file, mine))
 
 
-def budget_study(plan: Any, plan_file: str) -> StudySource | None:
-    """The training-budget study the plan links: its recorded rows (none yet is fine) and the number
-    of runs its own plan makes."""
+def budget_study(plan: Any, plan_file: str, board_rows: pd.DataFrame) -> StudySource | None:
+    """The training-budget study the plan links: its recorded rows (none yet is fine), the number of
+    runs its own plan makes of each task, its copy recipes, and the board's rows (``board_rows``)
+    that hold the copy part's first budget."""
     paths = budget_paths(plan, plan_file)
     if paths is None:
         return None
     study_file, folder = paths
-    study = load_plan(study_file)
-    planned = sum(len(block.screening) for block in blocks(study))
+    planned: dict[str, int] = {}
+    copy_recipes = set()
+    for block in blocks(load_plan(study_file)):
+        planned[block.task] = planned.get(block.task, 0) + len(block.screening)
+        if block.task == COPY_TASK:
+            copy_recipes |= {recipe(config.canonical_json()) for config in block.screening}
     data = folder / "data"
     rows = load_results(data) if data.is_dir() and any(data.glob("*.parquet")) else pd.DataFrame()
-    return StudySource(rows, planned, str(study_file), str(folder))
+    return StudySource(rows, planned, str(study_file), str(folder), frozenset(copy_recipes), board_rows)
