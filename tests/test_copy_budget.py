@@ -10,7 +10,7 @@ import pytest
 
 from lengthgen.harness.storage.results import load_results
 from lengthgen.leaderboard import render
-from lengthgen.leaderboard.budget_page import StudySource
+from lengthgen.leaderboard.budget_page import StudySource, copy_answer_line
 from lengthgen.leaderboard.copy_budget import change_lines, copy_study, copy_table
 from lengthgen.plans.board import budget_study
 from lengthgen.plans.plan import load_plan
@@ -62,6 +62,13 @@ def test_the_board_shows_the_copy_part_with_its_status_and_figure() -> None:
     assert "### Copy at 16× trained longer" in readme and "*Status: 2 of 6 planned runs recorded.*" in readme
     assert "| asentmax | 8,000 | 512 K | 2 | study |" in readme
     assert "plots/budget_copy.svg" in files and 'id="budget-copy"' in files["leaderboard.html"].decode()
+    answer = readme.split("## The answer", 1)[1].split("\n\n")[1].splitlines()[-1]
+    assert answer == ("- copy trained longer (the training-budget study's copy part, 2 of 6 planned runs "
+                      "recorded): exact match at 16× (mean over seeds): asentmax 50.0% → 70.0% (seeds 3 / 2 "
+                      "at 4,000 / 8,000 steps); the paper, after 156,250 steps of 128 sequences: "
+                      "asentmax 99.4%.")
+    early = StudySource(pd.DataFrame(), {"mqmtar": 33, "copy": 6}, "p", "d", recipes, copy_study_rows(BOARD))
+    assert copy_answer_line(early) is None  # the board's own runs are on the board already
     without = render(make_rows(ROWS), budget=StudySource(study_rows, {"mqmtar": 33}, "p", "d")).files
     assert "Copy at 16×" not in without["README.md"].decode()
 

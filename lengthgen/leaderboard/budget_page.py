@@ -24,12 +24,14 @@ from lengthgen.leaderboard.budget import (
 )
 from lengthgen.leaderboard.copy_budget import (
     HEADLINE_FACTOR,
+    PAPER_COPY_STEPS,
     change_lines,
     copy_status,
     copy_study,
     copy_table,
 )
 from lengthgen.leaderboard.copy_budget import TASK as COPY_TASK
+from lengthgen.leaderboard.paper import PAPER_REPORTED
 from lengthgen.leaderboard.plots import (
     BUDGET_CAPTION,
     COPY_BUDGET_CAPTION,
@@ -103,6 +105,31 @@ def answer_line(source: StudySource, factor: int = 1024) -> str | None:
     return (f"mqmtar trained longer (the training-budget study, {status}): exact match at {factor}× "
             f"(width {width}, mean over seeds): {'; '.join(parts)}; the paper, after {PAPER_STEPS:,} steps "
             f"of {PAPER_SEQUENCES // PAPER_STEPS} sequences: {paper}.")
+
+
+def copy_answer_line(source: StudySource, factor: int = HEADLINE_FACTOR) -> str | None:
+    """The copy part in one line for the board's answer, once the study has recorded a copy run:
+    per backend, the mean over seeds at ``factor`` at each budget, beside the paper's."""
+    copy = copy_study(source.rows, source.board_rows, source.copy_recipes)
+    if not any(not copy.is_board(p) for p in copy.points):
+        return None
+    parts = []
+    for attn in sorted({p.attn for p in copy.points}):
+        mine = sorted((p for p in copy.points if p.attn == attn and p.values(factor)), key=lambda p: p.steps)
+        means = " → ".join(f"{pct(seed_interval(p.values(factor)).mean)}%" for p in mine)
+        parts.append(f"{attn} {means} ({_tested(tuple((p.steps, len(p.values(factor))) for p in mine))})")
+    paper = ", ".join(f"{attn} {scores[factor]:.1f}%" for attn, scores in PAPER_REPORTED[COPY_TASK].items()
+                      if any(p.attn == attn for p in copy.points))
+    status = copy_status(copy, source.planned.get(COPY_TASK, 0))
+    return (f"copy trained longer (the training-budget study's copy part, {status}): exact match at "
+            f"{factor}× (mean over seeds): {'; '.join(parts)}; the paper, after {PAPER_COPY_STEPS:,} steps "
+            f"of 128 sequences: {paper}.")
+
+
+def answer_lines(source: StudySource) -> list[str]:
+    """The study's lines for the board's answer: MQMTAR's, then the copy part's (each when it has
+    something to say)."""
+    return [line for line in (answer_line(source), copy_answer_line(source)) if line]
 
 
 def render_section(source: StudySource) -> tuple[list[str], list[str], dict[str, bytes]]:
