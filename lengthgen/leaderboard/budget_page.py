@@ -13,8 +13,8 @@ from lengthgen.leaderboard import page as html_page
 from lengthgen.leaderboard.budget import (
     MIN_BUDGETS,
     MIN_SEEDS,
+    PAPER_BATCH,
     PAPER_POINT,
-    PAPER_SEQUENCES,
     PAPER_STEPS,
     PLANTED,
     budget_table,
@@ -24,6 +24,7 @@ from lengthgen.leaderboard.budget import (
 )
 from lengthgen.leaderboard.copy_budget import (
     HEADLINE_FACTOR,
+    PAPER_COPY_BATCH,
     PAPER_COPY_STEPS,
     change_lines,
     copy_status,
@@ -104,7 +105,7 @@ def answer_line(source: StudySource, factor: int = 1024) -> str | None:
     status = missing_note(recorded, source.planned_runs)
     return (f"mqmtar trained longer (the training-budget study, {status}): exact match at {factor}× "
             f"(width {width}, mean over seeds): {'; '.join(parts)}; the paper, after {PAPER_STEPS:,} steps "
-            f"of {PAPER_SEQUENCES // PAPER_STEPS} sequences: {paper}.")
+            f"of {PAPER_BATCH} sequences: {paper}.")
 
 
 def copy_answer_line(source: StudySource, factor: int = HEADLINE_FACTOR) -> str | None:
@@ -116,6 +117,8 @@ def copy_answer_line(source: StudySource, factor: int = HEADLINE_FACTOR) -> str 
     parts = []
     for attn in sorted({p.attn for p in copy.points}):
         mine = sorted((p for p in copy.points if p.attn == attn and p.values(factor)), key=lambda p: p.steps)
+        if not mine:  # not tested at ``factor`` yet
+            continue
         means = " → ".join(f"{pct(seed_interval(p.values(factor)).mean)}%" for p in mine)
         parts.append(f"{attn} {means} ({_tested(tuple((p.steps, len(p.values(factor))) for p in mine))})")
     paper = ", ".join(f"{attn} {scores[factor]:.1f}%" for attn, scores in PAPER_REPORTED[COPY_TASK].items()
@@ -123,7 +126,7 @@ def copy_answer_line(source: StudySource, factor: int = HEADLINE_FACTOR) -> str 
     status = copy_status(copy, source.planned.get(COPY_TASK, 0))
     return (f"copy trained longer (the training-budget study's copy part, {status}): exact match at "
             f"{factor}× (mean over seeds): {'; '.join(parts)}; the paper, after {PAPER_COPY_STEPS:,} steps "
-            f"of 128 sequences: {paper}.")
+            f"of {PAPER_COPY_BATCH} sequences: {paper}.")
 
 
 def answer_lines(source: StudySource) -> list[str]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from lengthgen.leaderboard.budget import Point, count_label, exact_cell, points, sequences_label
-from lengthgen.leaderboard.paper import PAPER_REPORTED
+from lengthgen.leaderboard.paper import PAPER_REPORTED, paper_training
 from lengthgen.leaderboard.rows import config_dict
 from lengthgen.leaderboard.stats import seed_interval
 from lengthgen.leaderboard.tables import Cell, Header, Row, Table, pct
@@ -24,9 +24,9 @@ TASK = "copy"
 #: The lengths the copy part reports; the question is 16×, the paper's copy reaches 32×.
 COPY_FACTORS = (8, 16, 32)
 HEADLINE_FACTOR = 16
-#: The paper's copy training: steps of 128 sequences.
-PAPER_COPY_STEPS = 156_250
-PAPER_COPY_SEQUENCES = PAPER_COPY_STEPS * 128
+#: The paper's copy training: steps and sequences per step.
+PAPER_COPY_STEPS, PAPER_COPY_BATCH = paper_training(TASK)
+PAPER_COPY_SEQUENCES = PAPER_COPY_STEPS * PAPER_COPY_BATCH
 
 
 def recipe(config_json: str) -> str:

@@ -73,6 +73,12 @@ PAPER_PROTOCOL: dict[str, dict[str, str]] = {
 }
 
 
+def paper_training(task: str) -> tuple[int, int]:
+    """(steps, batch) of the paper's training of ``task``, as ``PAPER_PROTOCOL`` gives them."""
+    fields = PAPER_PROTOCOL[task]
+    return int(fields["steps"].replace(",", "")), int(fields["batch"])
+
+
 def backend_rank(method: str) -> tuple[int, str]:
     """Sort key: the paper's methods in its order, then the others by name."""
     return (PAPER_ORDER.index(method) if method in PAPER_ORDER else len(PAPER_ORDER), method)
