@@ -37,6 +37,7 @@ from lengthgen.plans.plan import (
     screening_progress,
     survey,
 )
+from lengthgen.plans.sweep import sweep_plan
 from lengthgen.sweeps import data_path, run_key
 from tests.hostile import forged
 
@@ -600,3 +601,28 @@ def test_the_committed_board_misses_nothing_but_the_baselines_runs() -> None:
     assert {st.block.attn for st in planned} == BASELINES
     assert {st.block.task for st in planned} == {st.block.task for st in complete}
     assert all(st.work and all(w.config.attn in BASELINES for w in st.work) for st in planned)
+
+
+def test_a_plan_s_timings_folders_inform_its_estimates(tmp_path: Path) -> None:
+    """A study that repeats a board's recipe with more steps is estimated from the board's recorded
+    runs when its plan names the board's folder in ``timings``; without it, from the cost model."""
+    def plan_file(extra: str) -> Path:
+        path = tmp_path / f"study{len(extra)}.toml"
+        path.write_text(f'{extra}\n[[sweep]]\nname = "longer"\ntask = ["max_retrieval"]\n'
+                        'attn = ["softmax"]\nset = { "train.steps" = 40 }\n')
+        return path
+
+    with_board, without = plan_file('timings = ["board"]'), plan_file("")
+    study = blocks(load_plan(with_board))[0].screening[0]
+    board_run = study.model_copy(update={"seed": 7, "train": study.train.model_copy(update={"steps": 20})})
+    _fake_run(tmp_path / "board", board_run, val_id=1.0, test_1x=1.0)  # 60 s for 20 steps
+    said: list[str] = []
+    sweep_plan(str(with_board), str(tmp_path / "out"), dry_run=True, say=said.append)
+    run_line = next(line for line in said if line.strip().startswith("run "))
+    assert "cost model" not in run_line, said
+    assert Timings.from_folders(tmp_path / "board").train_seconds(study) == pytest.approx(120.0)  # 3 s a step
+    said.clear()
+    sweep_plan(str(without), str(tmp_path / "out"), dry_run=True, say=said.append)
+    assert "cost model" in next(line for line in said if line.strip().startswith("run "))
+    with pytest.raises(UserError, match="not a folder inside the plan's folder"):
+        load_plan(plan_file('timings = ["../elsewhere"]'))

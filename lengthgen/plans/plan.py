@@ -184,6 +184,15 @@ class PlanReason(_Frozen):
     text: Annotated[str, Field(min_length=1), _text(4000)]
 
 
+def _relative_path(value: str) -> str:
+    """A path a plan names: relative to the plan file, inside its folder (no '..', not absolute)."""
+    if not value or len(value) > 200 or Path(value).is_absolute() or ".." in Path(value).parts \
+            or "\\" in value or not limits.is_line(value, 200):
+        raise ValueError(f"{value[:70]!r} is not a folder inside the plan's folder (a relative path "
+                         "without '..')")
+    return value
+
+
 class BoardPlan(_Frozen):
     """A plan file: the board's title, hardware note, numerics pin, ablation folder, sweeps and the
     reasons of the cells where not every seed learned."""
@@ -195,18 +204,20 @@ class BoardPlan(_Frozen):
     ablations: str | None = Field(None, description="folder of ablation sweeps, relative to the plan file")
     budget: str | None = Field(None, description="the training-budget study's plan file, relative to this "
                                "one; its runs are in the folder of the same name beside it")
+    timings: tuple[str, ...] = Field((), max_length=8, description="result folders, relative to this "
+                                     "file, whose recorded runs also inform --dry-run's estimates")
     sweep: tuple[PlanSweep, ...] = Field(min_length=1)
     reason: tuple[PlanReason, ...] = ()
+
+    @field_validator("timings")
+    @classmethod
+    def _relative_folders(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_relative_path(value) for value in values)
 
     @field_validator("ablations", "budget")
     @classmethod
     def _relative_folder(cls, value: str | None) -> str | None:
-        parts = None if value is None else Path(value).parts
-        if value is not None and (not value or len(value) > 200 or Path(value).is_absolute() or ".." in parts
-                                  or "\\" in value or not limits.is_line(value, 200)):
-            raise ValueError(f"{value[:70]!r} is not a folder inside the plan's folder (a relative path "
-                             "without '..')")
-        return value
+        return None if value is None else _relative_path(value)
 
     @field_validator("numerics", mode="before")
     @classmethod
@@ -310,6 +321,11 @@ def ablations_dir(plan: BoardPlan, plan_path: str | Path, out: str | Path | None
     if plan.ablations is None:
         return None
     return _inside(plan_path, plan.ablations, "ablations folder", out)
+
+
+def timings_dirs(plan: BoardPlan, plan_path: str | Path) -> list[Path]:
+    """The result folders the plan names for its estimates (``_inside`` the plan's folder)."""
+    return [_inside(plan_path, folder, "timings folder", None) for folder in plan.timings]
 
 
 def budget_paths(plan: BoardPlan, plan_path: str | Path) -> tuple[Path, Path] | None:

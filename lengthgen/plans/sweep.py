@@ -17,7 +17,7 @@ from lengthgen.plans import listing
 from lengthgen.plans.estimate import Timings
 from lengthgen.plans.execute import Echo, PlanReport, run_plan, summary_lines
 from lengthgen.plans.numerics import pin_numerics
-from lengthgen.plans.plan import ablations_dir, load_plan, survey
+from lengthgen.plans.plan import ablations_dir, load_plan, survey, timings_dirs
 from lengthgen.sweeps import data_dir
 
 __all__ = ["interrupted_line", "refuse_grid_flags", "sweep_plan"]
@@ -40,7 +40,8 @@ def sweep_plan(plan_file: str, out: str, *, jobs: int = 1, device: str = "auto",
     plan = load_plan(plan_file)
     if dry_run:
         states = survey(plan, out, retry_failed=retry_failed)
-        timings = Timings.from_folders(Path(out), ablations_dir(plan, plan_file, out))
+        timings = Timings.from_folders(Path(out), ablations_dir(plan, plan_file, out),
+                                       *timings_dirs(plan, plan_file))
         for line in listing.dry_run_lines(states, timings):
             say(line)
         return None
