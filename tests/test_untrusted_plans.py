@@ -18,7 +18,7 @@ import pytest
 
 from lengthgen import limits, provenance
 from lengthgen.errors import UserError
-from lengthgen.plans.plan import ablations_dir, load_plan
+from lengthgen.plans.plan import ablations_dir, load_plan, timings_dirs
 from tests.hostile import payload_plugin
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,6 +136,10 @@ BAD_FIELDS: dict[str, tuple[Callable[[Callable[..., str]], str], str]] = {
                           "is not a folder inside the plan's folder"),
     "ablations absolute": (lambda text: text('ablations = "/etc"'),
                            "is not a folder inside the plan's folder"),
+    "timings outside": (lambda text: text('timings = ["data", "../elsewhere"]'),
+                        "is not a folder inside the plan's folder"),
+    "nine timings folders": (lambda text: text(f"timings = {[f'f{i}' for i in range(9)]}"),
+                             "at most 8 items"),
     "deep nesting": (lambda text: text(f"x = {'[' * 100_000}"),
                      "nests lists or tables deeper than 32 levels"),
     "a 2 MB plan": (lambda text: text(f"# {'x' * 2_000_000}"),
@@ -159,7 +163,7 @@ def test_each_plan_field_is_checked_in_one_line(
     assert expected in message and "\n" not in message and len(message) < 1000, message
 
 
-def test_ablations_through_a_link_out_of_the_plans_folder_are_refused(
+def test_ablations_and_timings_through_a_link_out_of_the_plans_folder_are_refused(
     tmp_path: Path, plan_text: Callable[..., str]
 ) -> None:
     outside = tmp_path / "outside"
@@ -171,8 +175,13 @@ def test_ablations_through_a_link_out_of_the_plans_folder_are_refused(
     plan.write_text(plan_text('ablations = "ablations"'))
     with pytest.raises(UserError, match="outside the plan's folder"):
         ablations_dir(load_plan(plan), plan)
+    plan.write_text(plan_text('timings = ["ablations"]'))  # the folders an estimate reads: the same rule
+    with pytest.raises(UserError, match="outside the plan's folder"):
+        timings_dirs(load_plan(plan), plan)
     (folder / "ablations").unlink()
     (folder / "ablations").mkdir()
+    assert timings_dirs(load_plan(plan), plan) == [folder / "ablations"]
+    plan.write_text(plan_text('ablations = "ablations"'))
     assert ablations_dir(load_plan(plan), plan) == folder / "ablations"
 
 
