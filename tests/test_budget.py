@@ -142,6 +142,8 @@ def test_a_budget_with_other_seeds_names_them() -> None:
     rows = study_rows({("asentmax", 12000, 1): {8: 0.99, 256: 0.875, 1024: 0.625}})
     cells = [c.plain for c in budget_table(points(rows)).rows[0].cells]
     assert cells[4] == "1" and cells[5] == "87.5 seed 1: 87.5" and cells[6] == "62.5 seed 1: 62.5"
+    lone = study_rows({("asentmax", 48000, 0): {8: 0.99, 256: 0.969}})  # one seed, even seed 0, is named
+    assert [c.plain for c in budget_table(points(lone)).rows[0].cells][5] == "96.9 seed 0: 96.9"
 
 
 def test_the_answer_states_each_budget_its_seeds_and_the_paper() -> None:

@@ -47,7 +47,7 @@ def test_the_table_shows_whose_runs_each_budget_is_and_the_paper() -> None:
     first, second = ([c.plain for c in row.cells] for row in table.rows)
     assert first[:5] == ["asentmax", "4,000", "256 K", "3", "board"]
     assert first[6].startswith("50.0 [") and first[6].endswith("seeds 40.0 / 50.0 / 60.0")
-    assert second[:5] == ["asentmax", "8,000", "512 K", "1", "study"] and second[6] == "70.0 seeds 70.0"
+    assert second[:5] == ["asentmax", "8,000", "512 K", "1", "study"] and second[6] == "70.0 seed 0: 70.0"
     assert [c.plain for c in table.pinned[0].cells] == ["paper: asentmax", "156,250", "20.0 M", "best of 3",
                                                         "paper", "99.7", "99.4", "96.3"]
 

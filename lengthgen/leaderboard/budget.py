@@ -256,11 +256,11 @@ def sequences_label(n: float) -> str:
 
 
 def _seeds_label(pairs: list[tuple[int, str]]) -> str:
-    """``seeds 17.2 / 31.2 / 46.9`` for seeds 0, 1, 2 in order; other seed sets are named
-    (``seed 1: 87.5``), so that one recorded seed is not read as seed 0."""
+    """``seeds 17.2 / 31.2 / 46.9`` for seeds 0, 1, 2 in order; other seed sets, and a lone seed,
+    are named (``seed 1: 87.5``, ``seed 0: 96.9``), so that no value is read as another seed's."""
     numbers = [seed for seed, _ in pairs]
     values = " / ".join(value for _, value in pairs)
-    if numbers == list(range(len(numbers))):
+    if len(numbers) > 1 and numbers == list(range(len(numbers))):
         return f"seeds {values}"
     return f"seed{'s' if len(numbers) > 1 else ''} {' / '.join(map(str, numbers))}: {values}"
 
