@@ -86,6 +86,27 @@ def test_the_trend_says_when_it_supports_no_extrapolation() -> None:
     assert flat.slope is not None and flat.slope > 0 and FLAT_VERDICT in flat.verdict
 
 
+def test_a_rise_that_bends_is_extrapolated_from_its_last_two_budgets_as_a_lower_bound() -> None:
+    """Seed logits like the study's ASEntmax: a steep rise from 3,000 to 12,000 steps, a slow one to
+    48,000. A line through all three would overstate the pace; the last two budgets' line gives the
+    budget for 95%, called a lower bound, and the figure draws it from the 12,000-step budget on."""
+    logits = {3000: (-3.4, -4.2, -3.4), 12000: (0.86, 0.51, 0.31), 48000: (1.95, 1.80, 1.70)}
+    study = [Point("asentmax", steps, 128, steps * 64,
+                   tuple(SeedResult(s, {1024: 1 / (1 + math.exp(-y))}, {1024: 10**6}, None)
+                         for s, y in enumerate(ys))) for steps, ys in logits.items()]
+    fitted = trend(study, "asentmax", 128)
+    mean12, mean48 = sum(logits[12000]) / 3, sum(logits[48000]) / 3
+    slope = (mean48 - mean12) / math.log10(4)
+    expected = 10 ** (math.log10(12000 * 64) + (math.log(0.95 / 0.05) - mean12) / slope)
+    assert fitted.slope == pytest.approx(slope, rel=1e-6)
+    assert fitted.predicted == pytest.approx(expected, rel=1e-6)
+    assert fitted.start == pytest.approx(12000 * 64) and fitted.budgets == 3
+    assert fitted.verdict.startswith("the rise slows: ") and "a lower bound on the budget" in fitted.verdict
+    assert fitted.low is not None and fitted.high is not None and fitted.low <= expected <= fitted.high
+    straight = trend(synthetic(1.5, -9.0), "asentmax", 128)  # the same seeds' spread, no bend
+    assert "the rise slows" not in straight.verdict and straight.start == pytest.approx(3000 * 64)
+
+
 def test_a_budget_with_one_seed_stays_out_of_the_fit() -> None:
     """Resampling one seed gives no spread: the range would be too narrow, so the budget waits."""
     study = synthetic(1.5, -9.0)
@@ -121,7 +142,7 @@ def test_the_board_section_shows_the_table_the_trend_and_both_figures() -> None:
     from tests.leaderboard_rows import ROWS, make_rows
 
     scores = {(attn, steps, seed): {8: 0.97, 256: 0.3 + 0.1 * k + 0.02 * seed,
-                                    1024: 0.05 + 0.1 * k + 0.01 * seed}
+                                    1024: 1 / (1 + math.exp(3 - 1.2 * k - 0.1 * seed))}  # logit-linear
               for attn in ("asentmax", "softmax") for k, steps in enumerate((3000, 12000, 48000))
               for seed in range(3)}
     source = StudySource(study_rows(scores), {"mqmtar": 33}, "leaderboard/budget.toml", "leaderboard/budget")

@@ -9,7 +9,9 @@ one backend, one number of steps, one width per point, three seeds each. From th
   4·m of them, so ``e = 1 − (exact_m / exact_0)^(1 / (4·m))`` with exact_0 the plain 8× score;
 - **a trend**: per backend at the preset width, logit(exact match at 1024×) against log10(training
   sequences), a straight line fitted over every seed, its uncertainty by resampling the seeds of
-  each budget; the budget at which the line reaches 95%, with a 95% range — or why the data do
+  each budget; the budget at which the line reaches 95%, with a 95% range (when the rise bends,
+  the last two budgets' slope below the first two's in nearly every resample, from the last two
+  budgets alone, as a lower bound on that budget) — or why the data do
   not support extrapolating (a budget with fewer than ``MIN_SEEDS`` seeds, whose spread the range
   could not count, is left out; fewer than ``MIN_BUDGETS`` budgets, a flat or falling line, or a
   range wider than ``MAX_DECADES``);
@@ -53,6 +55,9 @@ MIN_SEEDS = 2
 MIN_BUDGETS = 3
 #: Resamples for the trend's uncertainty (a fixed seed: the same rows give the same range).
 RESAMPLES = 400
+#: The rise bends when the last two budgets' slope is below the first two's in this share of the
+#: resamples; the line is then fitted to the last two budgets alone.
+BEND_SHARE = 0.975
 #: The paper's MQMTAR training: steps, sequences per step, and sequences in all.
 PAPER_STEPS, PAPER_BATCH = paper_training("mqmtar")
 PAPER_SEQUENCES = PAPER_STEPS * PAPER_BATCH
@@ -176,32 +181,51 @@ class Trend:
     verdict: str  # what the fit supports, in words
     #: (steps, seeds tested at the factor) of every budget of the backend, in the fit or not.
     tested: tuple[tuple[int, int], ...] = ()
+    #: The training sequences of the first budget the line is fitted on (the last two budgets
+    #: alone when the rise bends), where a drawing of the line starts.
+    start: float | None = None
+
+
+#: Per budget: log10(training sequences), and each seed's logit(exact match).
+Groups = list[tuple[float, list[float]]]
+
+
+def _fit(groups: Groups) -> tuple[float, float] | None:
+    return _line([x for x, ys in groups for _ in ys], [y for _, ys in groups for y in ys])
+
+
+def _segment(groups: Groups, i: int, j: int) -> float:
+    """The slope between budgets i and j through their means over seeds."""
+    (xi, yi), (xj, yj) = groups[i], groups[j]
+    return (sum(yj) / len(yj) - sum(yi) / len(yi)) / (xj - xi)
 
 
 def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Trend:
     """The line through logit(exact match at ``factor``) against log10(sequences), every seed a
     point; its 95% range by resampling, with replacement, the seeds of each budget. Budgets with
-    fewer than ``MIN_SEEDS`` seeds stay out of the fit; a prediction needs ``MIN_BUDGETS``."""
+    fewer than ``MIN_SEEDS`` seeds stay out of the fit; a prediction needs ``MIN_BUDGETS``. When
+    the rise bends (the last two budgets' slope below the first two's in ``BEND_SHARE`` of the
+    resamples), a line through every budget would overstate the pace: the line is fitted to the
+    last two budgets, and its budget for the target is a lower bound while the rise keeps slowing."""
     tested = [p for p in study if p.attn == attn and p.width == width and p.values(factor)]
     mine = [p for p in tested if len(p.values(factor)) >= MIN_SEEDS]
     counts = tuple((p.steps, len(p.values(factor))) for p in tested)
     left_out = "".join(f"; {p.steps:,} steps left out ({count_label(len(p.values(factor)), 'seed')} so far)"
                        for p in tested if p not in mine)
-    data = [(math.log10(p.sequences), _logit(s.exact[factor], s.samples.get(factor, 1)))
-            for p in mine for s in p.seeds if factor in s.exact]
-    seeds = len(data)
+    groups: Groups = [(math.log10(p.sequences), [_logit(s.exact[factor], s.samples.get(factor, 1))
+                                                 for s in p.seeds if factor in s.exact]) for p in mine]
+    seeds = sum(len(ys) for _, ys in groups)
 
-    def result(slope: float | None, verdict: str, *band: float | None) -> Trend:
+    def result(slope: float | None, verdict: str, *band: float | None, start: float | None = None) -> Trend:
         predicted, low, high = (*band, None, None, None)[:3]
-        return Trend(attn, len(mine), seeds, slope, predicted, low, high, verdict + left_out, counts)
+        return Trend(attn, len(mine), seeds, slope, predicted, low, high, verdict + left_out, counts, start)
 
     if len(mine) < 2:
         return result(None, f"{count_label(len(mine), 'budget')} with {MIN_SEEDS} or more seeds so far: "
                             "no trend to fit yet")
-    fit = _line([x for x, _ in data], [y for _, y in data])
+    fit = _fit(groups)
     assert fit is not None
     a, b = fit
-    target = _logit(TARGET, 10**6)
     if b <= 0:
         return result(b, "exact match does not rise with budget here: the data do not support an "
                          "extrapolation")
@@ -210,32 +234,48 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
                          f"over {len(mine)} budgets; a line through {len(mine)} budgets cannot show that the "
                          f"trend is straight, so no extrapolation before {MIN_BUDGETS}")
     rng = random.Random(0)
+    resamples = [[(x, [rng.choice(ys) for _ in ys]) for x, ys in groups] for _ in range(RESAMPLES)]
+    first, last = _segment(groups, 0, 1), _segment(groups, -2, -1)
+    bends = sum(_segment(r, -2, -1) < _segment(r, 0, 1) for r in resamples) >= BEND_SHARE * RESAMPLES
+    prefix, used = "", slice(None)
+    if bends:
+        used = slice(-2, None)
+        prefix = (f"the rise slows: {first:.2f} logit units per decade between the first two budgets, "
+                  f"{last:.2f} between the last two (lower in over {BEND_SHARE:.1%} of resampled seeds), so "
+                  "a line through every budget would overstate the pace; through the last two budgets ")
+        fit = _fit(groups[used])
+        assert fit is not None
+        a, b = fit
+        if b <= 0:
+            return result(b, prefix + "it no longer rises: no extrapolation")
     estimates = []
-    for _ in range(RESAMPLES):
-        sample = []
-        for p in mine:
-            picks = [s for s in p.seeds if factor in s.exact]
-            for _ in picks:
-                s = rng.choice(picks)
-                sample.append((math.log10(p.sequences), _logit(s.exact[factor], s.samples.get(factor, 1))))
-        refit = _line([x for x, _ in sample], [y for _, y in sample])
+    target = _logit(TARGET, 10**6)
+    for sample in resamples:
+        refit = _fit(sample[used])
         if refit is not None and refit[1] > 0:
             estimates.append((target - refit[0]) / refit[1])
     predicted = (target - a) / b
+    start = 10 ** groups[used][0][0]
     if len(estimates) < RESAMPLES // 2:
-        return result(b, "the slope is not reliably positive over resampled seeds: no extrapolation",
-                      10**predicted)
+        return result(b, prefix + "the slope is not reliably positive over resampled seeds: no extrapolation",
+                      10**predicted, start=start)
     estimates.sort()
     low, high = estimates[int(0.025 * len(estimates))], estimates[int(0.975 * len(estimates)) - 1]
-    verdict = (f"the line reaches {TARGET * 100:.0f}% at about {sequences_label(10**predicted)} training "
-               f"sequences (95% range {sequences_label(10**low)} … {sequences_label(10**high)})")
+    verdict = prefix + (f"the line reaches {TARGET * 100:.0f}% at about {sequences_label(10**predicted)} "
+                        f"training sequences (95% range {sequences_label(10**low)} … "
+                        f"{sequences_label(10**high)})")
+    paper = math.log10(PAPER_SEQUENCES)
     if high - low > MAX_DECADES:
         verdict += f"; the range spans {high - low:.1f} decades: too wide to support the extrapolation"
+    elif bends:
+        where = "inside it" if low <= paper <= high else "above it" if paper > high else "below it"
+        verdict += (f", a lower bound on the budget while the rise keeps slowing (fitted from "
+                    f"{sequences_label(start)} sequences on); the paper's "
+                    f"{sequences_label(PAPER_SEQUENCES)} lies {where}")
     else:
-        inside = low <= math.log10(PAPER_SEQUENCES) <= high
-        where = "inside" if inside else "outside"
+        where = "inside" if low <= paper <= high else "outside"
         verdict += f"; the paper's {sequences_label(PAPER_SEQUENCES)} lies {where} it"
-    return result(b, verdict, 10**predicted, 10**low, 10**high)
+    return result(b, verdict, 10**predicted, 10**low, 10**high, start=start)
 
 
 def count_label(n: int, noun: str) -> str:

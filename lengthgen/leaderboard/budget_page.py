@@ -164,7 +164,8 @@ def _mqmtar_part(source: StudySource) -> tuple[list[str], list[str], dict[str, b
     fit_text = ("The trend of exact match at 1024× against the budget, logit-linear in log training "
                 f"sequences, fitted over every seed of the budgets with at least {MIN_SEEDS} seeds (range: "
                 f"the seeds of each budget resampled); it predicts a budget only from {MIN_BUDGETS} budgets "
-                "on:")
+                "on, and when the rise slows with budget it fits the last two budgets alone and calls the "
+                "budget it predicts a lower bound:")
     budget_alt = "exact match against training budget"
     error_alt = "error per near miss against training budget"
     md += [markdown(table), "", fit_text, "", *[f"- {md_prose(line)}" for line in trend_lines], "",

@@ -336,7 +336,7 @@ def plot_budget(study: list[Any], path: Target, fmt: str | None = None) -> Any:
         fitted = trend(study, attn, width, factor)
         if factor != LONG_FACTORS[-1] or not fitted.predicted or not fitted.slope:
             return None
-        xs, at = [x_low, float(PAPER_SEQUENCES)], math.log10(fitted.predicted)
+        xs, at = [max(x_low, fitted.start or x_low), float(PAPER_SEQUENCES)], math.log10(fitted.predicted)
         return xs, [100 / (1 + math.exp(-(target_logit + fitted.slope * (math.log10(x) - at)))) for x in xs]
 
     return _plot_study(study, path, fmt, LONG_FACTORS, PAPER_POINT, PAPER_SEQUENCES, trend_line)
