@@ -286,7 +286,8 @@ BUDGET_CAPTION = (
     "over seeds of each backend at the preset width (thick), each seed (dots, joined across budgets by a "
     "thin line), the wider model (hollow "
     "markers, dashed), the paper's reported points at its budget (crosses) and, at 1024×, the fitted "
-    "trend of the preset width carried to the paper's budget (thin dashes; see the table for its range)."
+    "trend of the preset width, from the first budget it is fitted on to the paper's budget (thin dashes; "
+    "see the list below the table for its range)."
 )
 COPY_BUDGET_CAPTION = (
     "Copy exact match at 16× (left) and 32× (right) against training sequences (log scale): the mean over "
