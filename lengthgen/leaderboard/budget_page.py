@@ -17,6 +17,7 @@ from lengthgen.leaderboard.budget import (
     PAPER_POINT,
     PAPER_STEPS,
     PLANTED,
+    Point,
     budget_table,
     missing_note,
     points,
@@ -83,11 +84,18 @@ def _tested(tested: tuple[tuple[int, int], ...]) -> str:
             f"{' / '.join(f'{steps:,}' for steps, _ in tested)} steps")
 
 
+def _budget_means(attn: str, mine: list[Point], factor: int) -> str:
+    """``asentmax 2.1% → 63.5% (seeds 3 / 3 at 3,000 / 12,000 steps)``: one backend's means over
+    seeds at ``factor``, budget by budget (``mine`` in budget order), with the seeds behind each."""
+    means = " → ".join(f"{pct(seed_interval(p.values(factor)).mean)}%" for p in mine)
+    return f"{attn} {means} ({_tested(tuple((p.steps, len(p.values(factor))) for p in mine))})"
+
+
 def answer_line(source: StudySource, factor: int = 1024) -> str | None:
     """The study in one line for the board's answer: per backend at the preset width, the mean over
     seeds at ``factor`` at each budget tested so far, with the seeds behind each mean, beside the
     paper's point (None before any run is tested at ``factor``)."""
-    recorded = points(source.rows) if not source.rows.empty else []
+    recorded = points(source.rows)
     study = [p for p in recorded if p.values(factor)]
     if not study:
         return None
@@ -97,8 +105,7 @@ def answer_line(source: StudySource, factor: int = 1024) -> str | None:
         mine = sorted((p for p in study if p.attn == attn and p.width == width), key=lambda p: p.steps)
         if not mine:  # tested only at another width so far
             continue
-        means = " → ".join(f"{pct(seed_interval(p.values(factor)).mean)}%" for p in mine)
-        parts.append(f"{attn} {means} ({_tested(tuple((p.steps, len(p.values(factor))) for p in mine))})")
+        parts.append(_budget_means(attn, mine, factor))
         shown.add(attn)
     paper = ", ".join(f"{attn} {pct(scores[factor])}%" for attn, scores in PAPER_POINT.items()
                       if attn in shown)
@@ -119,8 +126,7 @@ def copy_answer_line(source: StudySource, factor: int = HEADLINE_FACTOR) -> str 
         mine = sorted((p for p in copy.points if p.attn == attn and p.values(factor)), key=lambda p: p.steps)
         if not mine:  # not tested at ``factor`` yet
             continue
-        means = " → ".join(f"{pct(seed_interval(p.values(factor)).mean)}%" for p in mine)
-        parts.append(f"{attn} {means} ({_tested(tuple((p.steps, len(p.values(factor))) for p in mine))})")
+        parts.append(_budget_means(attn, mine, factor))
     paper = ", ".join(f"{attn} {scores[factor]:.1f}%" for attn, scores in PAPER_REPORTED[COPY_TASK].items()
                       if any(p.attn == attn for p in copy.points))
     status = copy_status(copy, source.planned.get(COPY_TASK, 0))
@@ -147,7 +153,7 @@ def render_section(source: StudySource) -> tuple[list[str], list[str], dict[str,
 
 
 def _mqmtar_part(source: StudySource) -> tuple[list[str], list[str], dict[str, bytes]]:
-    study = points(source.rows) if not source.rows.empty else []
+    study = points(source.rows)
     status = missing_note(study, source.planned_runs)
     trends = [trend(study, attn, min(p.width for p in study))
               for attn in sorted({p.attn for p in study})] if study else []
