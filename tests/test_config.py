@@ -247,3 +247,11 @@ def test_reproduce_flags_rebuild_a_first_stream_run() -> None:
     rebuilt = SweepSpec(tasks=("mqmtar",), attns=("asentmax",), preset="paper-tasks",
                         task_params={"stream": 1}, overrides={"train.lr": 5e-4}).configs()[0]
     assert rebuilt.config_hash() == recorded.config_hash()
+
+
+def test_documented_example_run_id_is_the_default_runs() -> None:
+    """docs/sweeps.md names a default run's id as its example; a config change that moves the id
+    must move the docs with it."""
+    run_id = run_key(build_run_config("copy", "softmax"))
+    docs = (Path(__file__).parents[1] / "docs" / "sweeps.md").read_text()
+    assert f"e.g. `{run_id}`" in docs

@@ -4,7 +4,7 @@ A *setting* is a run's recipe without its seed (the hash of its config minus ``s
 differ only by seed share it, and a grid over, say, learning rates gives one setting per rate.
 Rows of a re-evaluation on a variant of the task (``lengthgen eval --param``, recorded in
 ``eval_variant``) measure something else than the training task, so they form rows of their own:
-their backend reads ``softmax [n_pairs=8]``.
+their backend reads ``softmax [near_misses=8]``.
 """
 
 from __future__ import annotations
