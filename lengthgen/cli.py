@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from lengthgen import output
-from lengthgen.choices import Device, Launcher, Selection, TrackerName
+from lengthgen.choices import Device, Launcher, Precision, Selection, TrackerName
 from lengthgen.console import capture_warnings, safe_streams
 from lengthgen.errors import UserError
 from lengthgen.files import new_folder
@@ -190,6 +190,9 @@ def eval_command(
         None, "--attn", help="Evaluate the same weights with another backend (its parameters must match)."),
     attn_option: list[str] = typer.Option(None, "--attn-option",
                                           help="Evaluate with this backend option key=value."),
+    precision: Precision = typer.Option(
+        "fp32", "--precision", help="Evaluate the weights and activations in this format (bf16: pure "
+        "bfloat16, attention scores still fp32)."),
     redo: bool = typer.Option(False, "--redo", help="Re-evaluate lengths the results already hold."),
     restore: bool = typer.Option(
         False, "--restore", help="First train runs whose sweep data records them but whose model.pt is gone "
@@ -199,8 +202,8 @@ def eval_command(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
     trust_plugins: Trust = False,
 ) -> None:
-    """Evaluate saved models at more lengths, on a task variant or with another backend; add the rows
-    to their results."""
+    """Evaluate saved models at more lengths, on a task variant, with another backend or in bfloat16;
+    add the rows to their results."""
     from lengthgen.config import parse_assignments
     from lengthgen.harness.recorded.reevaluate import evaluate_runs, plan_runs, stopped
     from lengthgen.harness.recorded.restore import restore_models
@@ -213,7 +216,8 @@ def eval_command(
             _environment(device, log)
             restore_models(input_path(path, "PATH"), tell=_tell)
         plans = plan_runs(input_path(path, "PATH"), max_factor=max_factor, eval_samples=eval_samples,
-                          task_params=params, attn=attn, attn_options=options, min_factor=min_factor)
+                          task_params=params, attn=attn, attn_options=options, min_factor=min_factor,
+                          precision=precision)
         where = _environment(device, log)
         failed = 0
         with _stoppable(lambda: ["interrupted: the rows of the lengths evaluated so far are saved; run the "

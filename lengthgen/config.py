@@ -20,7 +20,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -35,7 +35,7 @@ from pydantic import (
 )
 
 from lengthgen import limits
-from lengthgen.choices import Selection
+from lengthgen.choices import Precision, Selection
 from lengthgen.errors import UserError
 
 if sys.version_info >= (3, 11):
@@ -108,7 +108,7 @@ class TrainConfig(_Frozen):
     selection: Selection = Field(
         "id", description="checkpoint selection: in-distribution validation, or the paper's 8x"
     )
-    precision: Literal["fp32", "bf16"] = Field(
+    precision: Precision = Field(
         "fp32", description="training arithmetic: fp32, or bf16 autocast (faster, other numerics)"
     )
 

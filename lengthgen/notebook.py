@@ -140,6 +140,7 @@ def evaluate(
     task_params: Mapping[str, Any] | None = None,
     attn: str | None = None,
     attn_options: Mapping[str, Any] | None = None,
+    precision: str = "fp32",
     redo: bool = False,
     device: str = "auto",
     log: str | None = None,
@@ -147,7 +148,8 @@ def evaluate(
     trust_plugins: bool = False,
 ) -> pd.DataFrame:
     """Evaluate saved models (a run folder, or every run of a sweep folder) at more lengths, on a
-    task variant or with another backend (``attn``, ``attn_options``), like ``lengthgen eval``;
+    task variant, with another backend (``attn``, ``attn_options``) or in bfloat16
+    (``precision="bf16"``), like ``lengthgen eval``;
     returns the new rows (also merged into the results). A plugin file named by a run's config is
     imported only with ``trust_plugins=True``. Raises :class:`UserError` if an evaluation stops on
     an error."""
@@ -162,7 +164,8 @@ def evaluate(
     with trusted_plugins([attn], everything=trust_plugins):
         plans = plan_runs(input_path(path, "path"), max_factor=max_factor, eval_samples=eval_samples,
                           task_params=_mapping(task_params, "task_params"), attn=attn,
-                          attn_options=_mapping(attn_options, "attn_options"), min_factor=min_factor)
+                          attn_options=_mapping(attn_options, "attn_options"), min_factor=min_factor,
+                          precision=precision)
         where = check_environment(device, log)
         frames = []
         for plan, outcome in evaluate_runs(plans, redo=redo, device=where, progress=progress, log=log):

@@ -74,6 +74,10 @@ def test_commands_rebuild_the_grid_and_the_variants(tmp_path: Path) -> None:
     base = ablation.rows[ablation.rows["eval_variant"] == ""]
     everywhere = pd.concat([base, base.assign(eval_variant="near_misses=1")], ignore_index=True)
     assert eval_commands(everywhere, "S/") == ["lengthgen eval S --max-factor 2 --param near_misses=1"]
+    # a number format, with a task variant: each its own flag
+    in_bf16 = pd.concat([base, base.assign(eval_variant="near_misses=1,precision=bf16")], ignore_index=True)
+    assert eval_commands(in_bf16, "S/") == ["lengthgen eval S --max-factor 2 --param near_misses=1 "
+                                            "--precision bf16"]
 
 
 def test_leaderboard_publishes_ablations(tmp_path: Path) -> None:

@@ -179,6 +179,7 @@ def test_run_prints_where_it_wrote(
         (["sample", "--task", "copy"], "Missing option '--length'"),
         (["sample", "--task", "copy", "--length", "8", "--colour"], "No such option: --colour"),
         (["run", "--task", "copy", "--attn", "softmax", "--device", "tpu"], "'tpu' is not one of"),
+        (["eval", "runs/x", "--precision", "fp16"], "'fp16' is not one of 'fp32', 'bf16'"),
         (["smaple"], "No such command 'smaple'"),
     ],
 )

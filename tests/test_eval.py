@@ -272,3 +272,39 @@ def test_weights_that_do_not_fit_the_other_backend_are_refused(
     assert len(result.stderr.strip().splitlines()) == 1
     unknown = evaluate(str(run_dir), "--attn", "nosuch")
     assert unknown.exit_code == 2 and "valid attention backends" in unknown.stderr
+
+
+def test_the_same_weights_evaluated_in_bfloat16(tmp_path: Path, tiny: Callable[..., RunConfig]) -> None:
+    """``--precision bf16`` evaluates the weights cast to bfloat16 (the paper's pure-bf16 numerics):
+    rows of their own next to the fp32 ones, equal to a bf16 copy of the model built by hand, and
+    not the fp32 model's numbers (the cast happened). ASEntmax: its length scale reads the weights."""
+    import torch
+
+    from lengthgen.harness.evaluate import evaluate_length
+    from lengthgen.harness.run import build
+
+    config = tiny("max_retrieval", 2)
+    frame = execute(config, tmp_path, progress=False)
+    run_dir = tmp_path / frame["run_id"].iloc[0]
+    result = evaluate(str(run_dir), "--precision", "bf16")
+    assert result.exit_code == 0, result.output
+    rows = pd.read_parquet(run_dir / "results.parquet")
+    fp32 = rows[rows["eval_variant"] == ""].sort_values("factor")
+    bf16 = rows[rows["eval_variant"] == "precision=bf16"].sort_values("factor")
+    assert list(bf16["factor"]) == [1, 2] and list(fp32["factor"]) == [1, 2]
+    assert set(bf16["config_json"]) == set(fp32["config_json"])  # the same run
+    task, model = build(config)
+    model.load_state_dict(torch.load(run_dir / "model.pt", weights_only=True)["state_dict"])
+    model = model.eval().to(torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    for factor, row in zip((1, 2), bf16.itertuples(), strict=True):
+        expected = evaluate_length(model, task, 6 * factor, factor, config.eval, torch.device("cpu"),
+                                   progress=False)
+        assert row.exact_match == expected.exact_match and row.token_accuracy == expected.token_accuracy
+        assert row.attn_entropy == expected.attn_entropy
+    assert list(bf16["attn_entropy"]) != list(fp32["attn_entropy"])
+    # asked again: nothing left to evaluate in that format; fp32 is the training task's rows
+    again = evaluate(str(run_dir), "--precision", "bf16")
+    assert again.exit_code == 0 and "0 of 2 lengths" in again.stderr
+    plain = evaluate(str(run_dir), "--precision", "fp32")
+    assert plain.exit_code == 0 and "0 of 2 lengths" in plain.stderr

@@ -78,3 +78,13 @@ def test_load_results_skips_a_bad_file(tmp_path: Path) -> None:
     assert any(issubclass(w.category, UserNotice) and "broken.parquet" in str(w.message) for w in caught)
     pd.testing.assert_frame_equal(loaded[rows.columns].reset_index(drop=True),
                                   rows.reset_index(drop=True), check_dtype=False)
+
+
+def test_an_unknown_number_format_is_refused_before_evaluating(tmp_path: Path) -> None:
+    rows = lengthgen.run(task="copy", attn="softmax", out=tmp_path, steps=2, max_factor=1,
+                         eval_samples=4, train_length=4, **{"arch.d_model": 32, "train.batch_size": 8})
+    run_dir = tmp_path / rows["run_id"].iloc[0]
+    before = (run_dir / "results.parquet").read_bytes()
+    with pytest.raises(UserError, match="unknown precision 'fp16'; choose one of fp32, bf16"):
+        lengthgen.evaluate(run_dir, precision="fp16")
+    assert (run_dir / "results.parquet").read_bytes() == before

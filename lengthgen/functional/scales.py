@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lengthgen.functional.positions import log_visible
+from lengthgen.functional.precision import compute_dtype
 
 
 def capped_log_visible(q_pos: torch.Tensor, length_cap: int | None) -> torch.Tensor:
@@ -41,6 +42,17 @@ class SSMaxScale(nn.Module):
 
 def softplus_inverse(y: float) -> float:
     return y + math.log(-math.expm1(-y))
+
+
+def _computed(weight: torch.Tensor) -> torch.Tensor:
+    """The scale is part of the scores, so it is computed in their precision (fp32 or better) even
+    from a model whose weights are bfloat16 (``lengthgen eval --precision bf16``)."""
+    return weight.to(compute_dtype(weight.dtype))
+
+
+def _linear_in(x: torch.Tensor, proj: nn.Linear) -> torch.Tensor:
+    """``proj(x)`` in x's precision (the layer input, already in the scores' precision)."""
+    return F.linear(x, proj.weight.to(x.dtype), proj.bias.to(x.dtype))
 
 
 class AdaptiveScale(nn.Module):
@@ -80,11 +92,11 @@ class AdaptiveScale(nn.Module):
     def beta_gamma(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """β, γ of shape (B, H, Nq) (static: broadcast per head)."""
         if self.static:
-            beta = F.softplus(self.beta_raw)[None, :, None].expand(x.shape[0], -1, x.shape[1])
-            gamma = (2.0 * torch.tanh(self.gamma_raw))[None, :, None].expand_as(beta)
+            beta = F.softplus(_computed(self.beta_raw))[None, :, None].expand(x.shape[0], -1, x.shape[1])
+            gamma = (2.0 * torch.tanh(_computed(self.gamma_raw)))[None, :, None].expand_as(beta)
             return beta, gamma
-        beta = F.softplus(self.beta_proj(x)).transpose(1, 2)
-        gamma = (2.0 * torch.tanh(self.gamma_proj(x))).transpose(1, 2)
+        beta = F.softplus(_linear_in(x, self.beta_proj)).transpose(1, 2)
+        gamma = (2.0 * torch.tanh(_linear_in(x, self.gamma_proj))).transpose(1, 2)
         return beta, gamma
 
     def forward(self, x: torch.Tensor, q_pos: torch.Tensor, scaled_heads: torch.Tensor) -> torch.Tensor:

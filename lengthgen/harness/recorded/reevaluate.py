@@ -1,5 +1,5 @@
-"""Evaluate saved models again: at more lengths, on a variant of their task or with another backend,
-without retraining (``lengthgen eval``, ``lengthgen.evaluate``, a plan's extensions).
+"""Evaluate saved models again: at more lengths, on a variant of their task, with another backend or
+in bfloat16, without retraining (``lengthgen eval``, ``lengthgen.evaluate``, a plan's extensions).
 
 The run folder is found, loaded and checked by ``saved``. The evaluation goes through the same
 ``build_run_config`` and the same loop over lengths (``harness.run.evaluate_lengths``) as a fresh
@@ -7,7 +7,8 @@ run, so a length added later gets exactly the row a run with the larger ``max_fa
 written. New rows keep the run's identity (``run_id``, ``config_hash``, ``config_json``: the model is
 the same) and say what was evaluated in ``eval_variant``: empty for the training task, else the
 task parameters that differ (``eval_variant=sparse``) and the backend or backend options the same
-weights were evaluated with (``attn=softmax``). They are merged into the run's ``results.parquet``
+weights were evaluated with (``attn=softmax``), and a number format other than fp32
+(``precision=bf16``). They are merged into the run's ``results.parquet``
 and, inside a sweep folder, into its ``data/<run_id>.parquet`` after every length, under the run's
 lock (``lengthgen.harness.storage.store``): a row with the same (run, length, variant) is replaced,
 never duplicated, and rows another writer adds meanwhile are kept.
@@ -24,6 +25,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from lengthgen.choices import PRECISIONS, Precision
 from lengthgen.config import RunConfig, build_run_config, config_hash_of, flag_overrides
 from lengthgen.errors import UserError, UserNotice, exception_line
 from lengthgen.harness.devices import resolve_device
@@ -63,6 +65,7 @@ class EvalPlan:
     variant: str
     factors: list[int]
     missing_factors: list[int]
+    precision: Precision = "fp32"  # the weights' and activations' format while evaluating
 
     def todo(self, redo: bool) -> list[int]:
         """The factors to evaluate: all of them with ``redo``, else those without an ok row."""
@@ -98,7 +101,7 @@ def plan_runs(path: str | Path, **settings: Any) -> list[EvalPlan]:
 def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_samples: int | None = None,
                     task_params: Mapping[str, Any] | None = None, attn: str | None = None,
                     attn_options: Mapping[str, Any] | None = None,
-                    min_factor: int | None = None) -> EvalPlan:
+                    min_factor: int | None = None, precision: str | None = None) -> EvalPlan:
     """What evaluating ``run`` with these settings means, checked before any model is evaluated:
     the settings, and that the saved weights fit the model (names and shapes).
 
@@ -108,7 +111,13 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
     ``attn`` / ``attn_options`` evaluate the same weights with another normalizer or other
     backend options (an ablation, e.g. adaptive temperature without its inference-time
     sharpening: ``attn="softmax"``); the weights must fit the other backend's parameters.
+
+    ``precision="bf16"`` evaluates the weights cast to bfloat16, activations in bfloat16 too, as a
+    model trained and tested in pure bf16 (the paper's ``bf16-true``) runs; attention scores and
+    normalizers stay fp32, as flash-attention computes them from bf16 inputs.
     """
+    if precision is not None and precision not in PRECISIONS:
+        raise UserError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     base = run.config
     overrides = flag_overrides(max_factor=max_factor, eval_samples=eval_samples)
     params = {**base.task_params, **(task_params or {})}
@@ -123,6 +132,8 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
         changed["attn"] = config.attn
     changed.update({f"attn.{k}": v for k, v in config.attn_options.items()
                     if config.attn != base.attn or base.attn_options.get(k) != v})
+    if precision not in (None, "fp32"):
+        changed["precision"] = precision
     variant = variant_label(changed)
     fitting_state(run, config, Transformer(config.model(tasks.evaluated.vocab.size), seed=config.seed))
     factors = [f for f in config.eval.factors() if f >= (min_factor or 1)]
@@ -130,7 +141,8 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
         raise UserError(f"--min-factor must be a power of two from 1 to the largest factor "
                         f"({config.eval.max_factor}), got {min_factor}")
     done = _evaluated_factors(run, variant)
-    return EvalPlan(run, config, tasks.evaluated, variant, factors, [f for f in factors if f not in done])
+    return EvalPlan(run, config, tasks.evaluated, variant, factors, [f for f in factors if f not in done],
+                    precision or "fp32")
 
 
 def _evaluated_factors(run: SavedRun, variant: str) -> set[int]:
@@ -198,7 +210,7 @@ def run_evaluation(plan: EvalPlan, factors: Sequence[int], *, device: str | torc
         return outcome
     run, config = plan.run, plan.config
     where = resolve_device(device)
-    model = load_model(run, config, plan.task.vocab.size, where)
+    model = load_model(run, config, plan.task.vocab.size, where, plan.precision)
     base = _identity(run, where, model.num_parameters())
     rows: list[dict[str, Any]] = []
 

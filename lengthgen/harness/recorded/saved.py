@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
+from lengthgen.choices import Precision
 from lengthgen.config import RunConfig, config_hash_of, parse_json, parse_value, validation_message
 from lengthgen.errors import UserError, UserNotice, exception_line
 from lengthgen.files import read_text
@@ -209,11 +210,14 @@ def fitting_state(run: SavedRun, config: RunConfig, model: Transformer) -> dict[
     return state
 
 
-def load_model(run: SavedRun, config: RunConfig, vocab_size: int, device: str | torch.device) -> Transformer:
-    """The run's weights in a model built from ``config`` (the run's, or an evaluation variant's)."""
+def load_model(run: SavedRun, config: RunConfig, vocab_size: int, device: str | torch.device,
+               precision: Precision = "fp32") -> Transformer:
+    """The run's weights in a model built from ``config`` (the run's, or an evaluation variant's),
+    cast to bfloat16 for ``precision="bf16"``."""
     model = Transformer(config.model(vocab_size), seed=config.seed)
     model.load_state_dict(fitting_state(run, config, model))
-    return model.to(resolve_device(device)).eval()
+    model = model.to(resolve_device(device)).eval()
+    return model.to(torch.bfloat16) if precision == "bf16" else model
 
 
 @dataclass(frozen=True)
