@@ -229,6 +229,15 @@ def test_eval_refuses(
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
 
 
+def _trained_then_evaluated(tmp_path: Path, config: RunConfig, *flags: str) -> tuple[Path, pd.DataFrame]:
+    """The run of ``config`` trained, then ``lengthgen eval`` with ``flags``: its folder and rows."""
+    frame = execute(config, tmp_path, progress=False)
+    run_dir = tmp_path / frame["run_id"].iloc[0]
+    result = evaluate(str(run_dir), *flags)
+    assert result.exit_code == 0, result.output
+    return run_dir, pd.read_parquet(run_dir / "results.parquet")
+
+
 def test_the_same_weights_evaluated_with_another_backend(
     tmp_path: Path, tiny_config: Callable[..., RunConfig]
 ) -> None:
@@ -239,11 +248,7 @@ def test_the_same_weights_evaluated_with_another_backend(
     from lengthgen.harness.run import build
 
     config = tiny_config("max_retrieval", "adaptive_temperature", run=EVAL_RUN, **{"eval.max_factor": 2})
-    frame = execute(config, tmp_path, progress=False)
-    run_dir = tmp_path / frame["run_id"].iloc[0]
-    result = evaluate(str(run_dir), "--attn", "softmax")
-    assert result.exit_code == 0, result.output
-    rows = pd.read_parquet(run_dir / "results.parquet")
+    run_dir, rows = _trained_then_evaluated(tmp_path, config, "--attn", "softmax")
     plain = rows[rows["eval_variant"] == "attn=softmax"].sort_values("factor")
     assert list(plain["factor"]) == [1, 2] and set(plain["attn"]) == {"adaptive_temperature"}
     # reference: a softmax model built by hand with the saved weights
@@ -284,11 +289,7 @@ def test_the_same_weights_evaluated_in_bfloat16(tmp_path: Path, tiny: Callable[.
     from lengthgen.harness.run import build
 
     config = tiny("max_retrieval", 2)
-    frame = execute(config, tmp_path, progress=False)
-    run_dir = tmp_path / frame["run_id"].iloc[0]
-    result = evaluate(str(run_dir), "--precision", "bf16")
-    assert result.exit_code == 0, result.output
-    rows = pd.read_parquet(run_dir / "results.parquet")
+    run_dir, rows = _trained_then_evaluated(tmp_path, config, "--precision", "bf16")
     fp32 = rows[rows["eval_variant"] == ""].sort_values("factor")
     bf16 = rows[rows["eval_variant"] == "precision=bf16"].sort_values("factor")
     assert list(bf16["factor"]) == [1, 2] and list(fp32["factor"]) == [1, 2]
