@@ -107,6 +107,25 @@ def test_a_rise_that_bends_is_extrapolated_from_its_last_two_budgets_as_a_lower_
     assert "the rise slows" not in straight.verdict and straight.start == pytest.approx(3000 * 64)
 
 
+def test_the_figure_reads_a_trend_beyond_its_budgets_only_where_the_fit_supports_it() -> None:
+    """A narrow trend is drawn to the paper's budget and reaches 95% where it predicts; one whose
+    range is too wide stops at its last budget, where it passes through the fitted line."""
+    from lengthgen.leaderboard.budget import PAPER_SEQUENCES
+    from lengthgen.leaderboard.plots import trend_curve
+
+    straight = trend(synthetic(1.5, -9.0), "asentmax", 128)
+    assert straight.extrapolates and straight.end == pytest.approx(48000 * 64)
+    xs, ys = trend_curve(straight, 1.0) or ([], [])
+    assert xs == [pytest.approx(3000 * 64), float(PAPER_SEQUENCES)]
+    # by hand: logit(y) = logit(95%) + slope · log10(x / predicted), the slope per decade
+    odds = 19 * (PAPER_SEQUENCES / straight.predicted) ** (straight.slope / math.log(10))
+    assert ys[1] == pytest.approx(100 * odds / (1 + odds), rel=1e-9)
+    flat = trend(synthetic(0.05, -3.0, noise=2.0), "asentmax", 128)
+    assert FLAT_VERDICT in flat.verdict and not flat.extrapolates
+    xs, _ = trend_curve(flat, 1.0) or ([], [])
+    assert xs == [pytest.approx(3000 * 64), pytest.approx(48000 * 64)]
+
+
 def test_a_budget_with_one_seed_stays_out_of_the_fit() -> None:
     """Resampling one seed gives no spread: the range would be too narrow, so the budget waits."""
     study = synthetic(1.5, -9.0)

@@ -181,9 +181,14 @@ class Trend:
     verdict: str  # what the fit supports, in words
     #: (steps, seeds tested at the factor) of every budget of the backend, in the fit or not.
     tested: tuple[tuple[int, int], ...] = ()
-    #: The training sequences of the first budget the line is fitted on (the last two budgets
-    #: alone when the rise bends), where a drawing of the line starts.
+    #: The training sequences of the first and last budgets the line is fitted on (the last two
+    #: budgets alone when the rise bends), where a drawing of the line starts and, when the fit
+    #: does not support an extrapolation, ends.
     start: float | None = None
+    end: float | None = None
+    #: Whether the fit supports reading the line beyond its budgets: a slope positive on most
+    #: resamples and a 95% range of at most ``MAX_DECADES``.
+    extrapolates: bool = False
 
 
 #: Per budget: log10(training sequences), and each seed's logit(exact match).
@@ -216,9 +221,12 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
                                                  for s in p.seeds if factor in s.exact]) for p in mine]
     seeds = sum(len(ys) for _, ys in groups)
 
-    def result(slope: float | None, verdict: str, *band: float | None, start: float | None = None) -> Trend:
+    def result(slope: float | None, verdict: str, *band: float | None,
+               span: tuple[float, float] | None = None, extrapolates: bool = False) -> Trend:
         predicted, low, high = (*band, None, None, None)[:3]
-        return Trend(attn, len(mine), seeds, slope, predicted, low, high, verdict + left_out, counts, start)
+        start, end = span or (None, None)
+        return Trend(attn, len(mine), seeds, slope, predicted, low, high, verdict + left_out, counts,
+                     start, end, extrapolates)
 
     if len(mine) < 2:
         return result(None, f"{count_label(len(mine), 'budget')} with {MIN_SEEDS} or more seeds so far: "
@@ -255,17 +263,18 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
         if refit is not None and refit[1] > 0:
             estimates.append((target - refit[0]) / refit[1])
     predicted = (target - a) / b
-    start = 10 ** groups[used][0][0]
+    start, end = 10 ** groups[used][0][0], 10 ** groups[used][-1][0]
     if len(estimates) < RESAMPLES // 2:
         return result(b, prefix + "the slope is not reliably positive over resampled seeds: no extrapolation",
-                      10**predicted, start=start)
+                      10**predicted, span=(start, end))
     estimates.sort()
     low, high = estimates[int(0.025 * len(estimates))], estimates[int(0.975 * len(estimates)) - 1]
     verdict = prefix + (f"the line reaches {TARGET * 100:.0f}% at about {sequences_label(10**predicted)} "
                         f"training sequences (95% range {sequences_label(10**low)} … "
                         f"{sequences_label(10**high)})")
     paper = math.log10(PAPER_SEQUENCES)
-    if high - low > MAX_DECADES:
+    extrapolates = high - low <= MAX_DECADES
+    if not extrapolates:
         verdict += f"; the range spans {high - low:.1f} decades: too wide to support the extrapolation"
     elif bends:
         where = "inside it" if low <= paper <= high else "above it" if paper > high else "below it"
@@ -275,7 +284,7 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
     else:
         where = "inside" if low <= paper <= high else "outside"
         verdict += f"; the paper's {sequences_label(PAPER_SEQUENCES)} lies {where} it"
-    return result(b, verdict, 10**predicted, 10**low, 10**high, start=start)
+    return result(b, verdict, 10**predicted, 10**low, 10**high, span=(start, end), extrapolates=extrapolates)
 
 
 def count_label(n: int, noun: str) -> str:

@@ -49,7 +49,7 @@ table.headline td{min-width:7.5em;text-align:center;font-variant-numeric:tabular
 table.headline th[scope=row]{text-align:left;background:#f7f7f7}
 .hm-main{display:block;font-weight:700;font-size:15px}.hm-seeds,.hm-paper{display:block;font-size:11px;color:#333}
 .hm-paper{font-style:italic;color:#555}.hm-none{color:#999}
-details{margin:.8em 0}details>summary{cursor:pointer;font-weight:600}
+details{margin:.8em 0}details>summary{cursor:pointer;font-weight:600}summary>h3{display:inline}
 @media (max-width:600px){body{margin:.6em auto;padding:0 .6em}table{font-size:12px}
 table.headline td{min-width:5.6em;padding:3px 4px}.hm-main{font-size:13px}
 .hm-seeds,.hm-paper{font-size:10px}}"""

@@ -286,8 +286,9 @@ BUDGET_CAPTION = (
     "over seeds of each backend at the preset width (thick), each seed (dots, joined across budgets by a "
     "thin line), the wider model (hollow "
     "markers, dashed), the paper's reported points at its budget (crosses) and, at 1024×, the fitted "
-    "trend of the preset width, from the first budget it is fitted on to the paper's budget (thin dashes; "
-    "see the list below the table for its range)."
+    "trend of the preset width, from the first budget it is fitted on to the paper's budget, or only over "
+    "its own budgets where its range is too wide to extrapolate (thin dashes; see the list below the "
+    "table for its range)."
 )
 COPY_BUDGET_CAPTION = (
     "Copy exact match at 16× (left) and 32× (right) against training sequences (log scale): the mean over "
@@ -329,18 +330,28 @@ TrendLine = Callable[[str, int, int, float], "Curve | None"]
 def plot_budget(study: list[Any], path: Target, fmt: str | None = None) -> Any:
     """MQMTAR's exact match at 256× and 1024× against training sequences, a line per backend and
     width, with the paper's points and, at 1024×, the fitted trend."""
-    from lengthgen.leaderboard.budget import LONG_FACTORS, PAPER_POINT, PAPER_SEQUENCES, TARGET, trend
-
-    target_logit = math.log(TARGET / (1 - TARGET))
+    from lengthgen.leaderboard.budget import LONG_FACTORS, PAPER_POINT, PAPER_SEQUENCES, trend
 
     def trend_line(attn: str, width: int, factor: int, x_low: float) -> Curve | None:
-        fitted = trend(study, attn, width, factor)
-        if factor != LONG_FACTORS[-1] or not fitted.predicted or not fitted.slope:
+        if factor != LONG_FACTORS[-1]:
             return None
-        xs, at = [max(x_low, fitted.start or x_low), float(PAPER_SEQUENCES)], math.log10(fitted.predicted)
-        return xs, [100 / (1 + math.exp(-(target_logit + fitted.slope * (math.log10(x) - at)))) for x in xs]
+        return trend_curve(trend(study, attn, width, factor), x_low)
 
     return _plot_study(study, path, fmt, LONG_FACTORS, PAPER_POINT, PAPER_SEQUENCES, trend_line)
+
+
+def trend_curve(fitted: Any, x_low: float) -> Curve | None:
+    """The fitted trend as drawn (exact match in %): from its first budget (or ``x_low``) to the
+    paper's budget where the fit supports an extrapolation, else over its own budgets only, so
+    that a line too uncertain to read beyond its data does not point at the paper's."""
+    from lengthgen.leaderboard.budget import PAPER_SEQUENCES, TARGET
+
+    if not fitted.predicted or not fitted.slope:
+        return None
+    end = float(PAPER_SEQUENCES) if fitted.extrapolates else fitted.end or x_low
+    xs, at = [max(x_low, fitted.start or x_low), end], math.log10(fitted.predicted)
+    target_logit = math.log(TARGET / (1 - TARGET))
+    return xs, [100 / (1 + math.exp(-(target_logit + fitted.slope * (math.log10(x) - at)))) for x in xs]
 
 
 def plot_copy_budget(study: list[Any], path: Target, fmt: str | None = None) -> Any:
@@ -349,6 +360,19 @@ def plot_copy_budget(study: list[Any], path: Target, fmt: str | None = None) -> 
 
     paper = {attn: {f: v / 100 for f, v in scores.items()} for attn, scores in PAPER_REPORTED["copy"].items()}
     return _plot_study(study, path, fmt, (16, 32), paper, PAPER_COPY_SEQUENCES, None)
+
+
+def _sequences_axis(ax: Any, sequences: Iterable[float]) -> None:
+    """log x axis of training sequences, ticked and labelled (``768 K``) at the budgets shown only:
+    over about a decade matplotlib would label its minor ticks too, and they collide."""
+    from lengthgen.leaderboard.budget import sequences_label
+
+    ticks = sorted({float(s) for s in sequences})
+    ax.set_xscale("log")
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([sequences_label(s) for s in ticks], fontsize=8)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("training sequences")
 
 
 def _plot_study(study: list[Any], path: Target, fmt: str | None, factors: tuple[int, ...],
@@ -382,10 +406,9 @@ def _plot_study(study: list[Any], path: Target, fmt: str | None, factors: tuple[
             if any(p.attn == attn for p in study) and factor in scores:
                 ax.scatter([float(paper_sequences)], [100 * scores[factor]], marker="x", s=60,
                            color=styles.color[attn], label=plain_text(f"paper: {attn}"), zorder=3)
-        ax.set_xscale("log")
+        _sequences_axis(ax, [p.sequences for p in study] + [paper_sequences])
         ax.set_ylim(-2, 102)
         ax.grid(True, alpha=0.3)
-        ax.set_xlabel("training sequences")
         ax.set_title(f"exact match at {factor}×")
     axes[0][0].set_ylabel("exact match (%)")
     handles, labels = axes[0][-1].get_legend_handles_labels()
@@ -415,10 +438,9 @@ def plot_near_miss_error(study: list[Any], path: Target, fmt: str | None = None)
                                                                else ""))))
     ax.axhline(100 * ALLOWED_ERROR, color="0.4", linestyle=(0, (1, 2)), linewidth=1.0,
                label=f"{100 * ALLOWED_ERROR:.3f}%: 95% at 1024×")
-    ax.set_xscale("log")
+    _sequences_axis(ax, [p.sequences for p in study if p.errors()])
     ax.set_yscale("log")
     ax.grid(True, alpha=0.3, which="both")
-    ax.set_xlabel("training sequences")
     ax.set_ylabel("error per near miss (%)")
     fig.legend(loc="outside right upper", fontsize=8, frameon=False)
     return _finish(fig, path, fmt)
