@@ -186,9 +186,18 @@ class Trend:
     #: does not support an extrapolation, ends.
     start: float | None = None
     end: float | None = None
-    #: Whether the fit supports reading the line beyond its budgets: a slope positive on most
-    #: resamples and a 95% range of at most ``MAX_DECADES``.
-    extrapolates: bool = False
+
+    @property
+    def extrapolates(self) -> bool:
+        """Whether the fit supports reading the line beyond its budgets: it has a 95% range (its
+        slope is positive on most resamples), and that range is narrow enough."""
+        return self.low is not None and self.high is not None and \
+            _narrow(math.log10(self.low), math.log10(self.high))
+
+
+def _narrow(log_low: float, log_high: float) -> bool:
+    """A 95% range (log10 sequences) narrow enough to extrapolate: at most ``MAX_DECADES``."""
+    return log_high - log_low <= MAX_DECADES
 
 
 #: Per budget: log10(training sequences), and each seed's logit(exact match).
@@ -222,11 +231,11 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
     seeds = sum(len(ys) for _, ys in groups)
 
     def result(slope: float | None, verdict: str, *band: float | None,
-               span: tuple[float, float] | None = None, extrapolates: bool = False) -> Trend:
+               span: tuple[float, float] | None = None) -> Trend:
         predicted, low, high = (*band, None, None, None)[:3]
         start, end = span or (None, None)
         return Trend(attn, len(mine), seeds, slope, predicted, low, high, verdict + left_out, counts,
-                     start, end, extrapolates)
+                     start, end)
 
     if len(mine) < 2:
         return result(None, f"{count_label(len(mine), 'budget')} with {MIN_SEEDS} or more seeds so far: "
@@ -273,8 +282,7 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
                         f"training sequences (95% range {sequences_label(10**low)} … "
                         f"{sequences_label(10**high)})")
     paper = math.log10(PAPER_SEQUENCES)
-    extrapolates = high - low <= MAX_DECADES
-    if not extrapolates:
+    if not _narrow(low, high):
         verdict += f"; the range spans {high - low:.1f} decades: too wide to support the extrapolation"
     elif bends:
         where = "inside it" if low <= paper <= high else "above it" if paper > high else "below it"
@@ -284,7 +292,7 @@ def trend(study: list[Point], attn: str, width: int, factor: int = 1024) -> Tren
     else:
         where = "inside" if low <= paper <= high else "outside"
         verdict += f"; the paper's {sequences_label(PAPER_SEQUENCES)} lies {where} it"
-    return result(b, verdict, 10**predicted, 10**low, 10**high, span=(start, end), extrapolates=extrapolates)
+    return result(b, verdict, 10**predicted, 10**low, 10**high, span=(start, end))
 
 
 def count_label(n: int, noun: str) -> str:
