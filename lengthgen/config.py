@@ -88,7 +88,7 @@ class ModelConfig(_Frozen):
 
 
 #: TrainConfig fields added after the first recorded runs, with the default they are not written at.
-TRAIN_FIELDS_ADDED: dict[str, Any] = {"precision": "fp32"}
+TRAIN_FIELDS_ADDED: dict[str, Any] = {"precision": "fp32", "keep_every": 0}
 
 
 class TrainConfig(_Frozen):
@@ -111,6 +111,8 @@ class TrainConfig(_Frozen):
     precision: Precision = Field(
         "fp32", description="training arithmetic: fp32, or bf16 autocast (faster, other numerics)"
     )
+    keep_every: int = Field(0, ge=0, le=limits.MAX_STEPS, description="keep the weights every N steps "
+                            "(checkpoints/step-N.pt, for `lengthgen eval --checkpoint`); 0 keeps none")
 
     @model_serializer(mode="wrap")
     def _unwritten_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from lengthgen.harness.evaluate import wilson_interval
 from lengthgen.harness.run import build, execute
 from lengthgen.harness.storage.results import COLUMNS, read_results
 from lengthgen.harness.train import lr_at, train, train_lengths, validate
+from lengthgen.harness.weights import checkpoint_path, kept_steps
 from lengthgen.model import ModelConfig, Transformer
 from lengthgen.presets import PAPER
 
@@ -104,6 +105,27 @@ def test_run_writes_folder_schema_and_is_deterministic(tmp_path, learning_config
     volatile = ["train_seconds", "eval_seconds", "created_at"]
     pd.testing.assert_frame_equal(first.drop(columns=volatile), second.drop(columns=volatile))
     assert RunConfig.model_validate_json(frame["config_json"].iloc[0]) == config
+
+
+def test_kept_checkpoints_do_not_change_training(tmp_path, learning_config: Callable[..., RunConfig]):
+    plain = learning_config("softmax", **{"train.steps": 40, "train.val_every": 20})
+    keeping = learning_config("softmax", **{"train.steps": 40, "train.val_every": 20, "train.keep_every": 15})
+    assert "keep_every" not in plain.model_dump()["train"] and plain.config_hash() != keeping.config_hash()
+    rows = {name: execute(config, tmp_path / name, progress=False)
+            for name, config in (("plain", plain), ("keeping", keeping))}
+    plain_dir = tmp_path / "plain" / rows["plain"]["run_id"].iloc[0]
+    run_dir = tmp_path / "keeping" / rows["keeping"]["run_id"].iloc[0]
+    assert kept_steps(plain_dir) == [] and kept_steps(run_dir) == [15, 30]
+
+    def weights(path):
+        return torch.load(path, weights_only=True)["state_dict"]
+
+    selected, plain_weights = weights(run_dir / "model.pt"), weights(plain_dir / "model.pt")
+    assert all(torch.equal(selected[k], plain_weights[k]) for k in selected)  # keeping changed nothing
+    early, late = weights(checkpoint_path(run_dir, 15)), weights(checkpoint_path(run_dir, 30))
+    assert not all(torch.equal(early[k], late[k]) for k in early)
+    saved_for = torch.load(checkpoint_path(run_dir, 30), weights_only=True)["config"]
+    assert saved_for == keeping.model_dump(mode="json")
 
 
 def test_nan_loss_fails_the_run_with_a_clear_status(tmp_path, learning_config: Callable[..., RunConfig]):

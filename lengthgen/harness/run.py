@@ -1,7 +1,8 @@
 """One run end to end: build, train short, evaluate long, write the run folder.
 
 The run folder holds ``config.json``, ``model.pt``, ``results.parquet`` (one row per evaluation
-length), ``train_history.json`` (the learning curve) and ``accuracy_vs_length.png``; until it has
+length), ``train_history.json`` (the learning curve) and ``accuracy_vs_length.png``, and with
+``train.keep_every`` the weights every so many steps (``checkpoints/``, ``harness.weights``); until it has
 evaluated every length, also ``train_state.pt``, from which a stopped run resumes
 (``lengthgen.harness.resume``): one stopped while it evaluated keeps the lengths it finished and
 evaluates the rest, without training again. Every file is
@@ -35,6 +36,7 @@ from lengthgen.harness.storage.results import rows_to_frame
 from lengthgen.harness.storage.store import current_rows, kept_rows, run_lock, save_rows
 from lengthgen.harness.tracking import EVAL_FIELDS, Tracker, open_tracker
 from lengthgen.harness.train import TrainResult, train
+from lengthgen.harness.weights import MODEL_FILE, save_weights
 from lengthgen.model import Transformer
 from lengthgen.progress import Shown, format_seconds, log_line
 from lengthgen.tasks import get_task
@@ -49,12 +51,6 @@ def build(config: RunConfig) -> tuple[Task, Transformer]:
 def config_text(config: RunConfig) -> str:
     """``config.json``: the full config, readable (the canonical JSON is in every results row)."""
     return json.dumps(config.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
-
-
-def save_checkpoint(model: Transformer, config: RunConfig, path: Path) -> None:
-    """``model.pt``: the selected weights with the config they belong to."""
-    state = {"config": config.model_dump(mode="json"), "state_dict": model.state_dict()}
-    atomic_write(path, lambda handle: torch.save(state, handle))
 
 
 def record_failure(run_dir: Path, exc: BaseException) -> str:
@@ -169,11 +165,11 @@ def _train_and_evaluate(
         model.to(device)
         base["params"] = model.num_parameters()
         trained = train(model, task, config, device, progress=progress, tracker=tracker,
-                        state_path=state_path)
+                        state_path=state_path, keep_dir=run_dir)
         base.update(best_step=trained.best_step, train_seconds=trained.seconds,
                     val_exact_id=trained.val_exact_id, val_exact_8x=trained.val_exact_8x)
         atomic_write(run_dir / "train_history.json", json.dumps(trained.history, indent=1) + "\n")
-        save_checkpoint(model, config, run_dir / "model.pt")
+        save_weights(model, config, run_dir / MODEL_FILE)
         if trained.resumed_at == config.train.steps:  # stopped while it evaluated: keep its lengths
             rows.extend(_evaluated_rows(run_dir, base["config_hash"]))
         if rows:  # the rows still to come state the training time the kept ones do

@@ -25,6 +25,7 @@ from lengthgen.harness.prefetch import prefetched
 from lengthgen.harness.resume import TrainingProgress, load_progress, save_progress
 from lengthgen.harness.storage.identity import run_key
 from lengthgen.harness.tracking import Tracker
+from lengthgen.harness.weights import checkpoint_path, save_weights
 from lengthgen.model import Transformer
 from lengthgen.progress import Shown, display
 from lengthgen.tasks.base import Task
@@ -135,9 +136,12 @@ def validate(
 def train(
     model: Transformer, task: Task, config: RunConfig, device: torch.device, progress: Shown = True,
     tracker: Tracker | None = None, state_path: Path | None = None, prefetch: bool = True,
+    keep_dir: Path | None = None,
 ) -> TrainResult:
     """Train ``model`` in place and load the selected checkpoint into it. With ``state_path``, the
-    state is saved there at every validation, and a state found there is resumed. ``prefetch``
+    state is saved there at every validation, and a state found there is resumed. With
+    ``keep_dir`` (a run folder), the weights every ``train.keep_every`` steps are kept in its
+    ``checkpoints/`` (``harness.weights``). ``prefetch``
     makes each step's batch while the previous step computes (``harness.prefetch``; the same
     batches either way)."""
     reuse_freed_memory()
@@ -186,6 +190,8 @@ def train(
                 bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{token_acc:.3f}", **_validated(history))
                 tracker.train_step(step + 1, float(loss.item()), optimizer.param_groups[0]["lr"])
             bar.update(1)
+            if keep_dir is not None and t.keep_every and (step + 1) % t.keep_every == 0:
+                save_weights(model, config, checkpoint_path(keep_dir, step + 1))
             if validating:
                 exact = validate(model, task, val_length, t.val_samples, device, t.batch_size)
                 history.append({"step": step + 1, "loss": float(loss.item()), "val_exact": exact})
