@@ -193,6 +193,9 @@ def eval_command(
     precision: Precision = typer.Option(
         "fp32", "--precision", help="Evaluate the weights and activations in this format (bf16: pure "
         "bfloat16, attention scores still fp32)."),
+    checkpoint: int | None = typer.Option(
+        None, "--checkpoint", min=1, help="Evaluate the weights kept after this many steps (a run trained "
+        "with train.keep_every) instead of the selected ones."),
     redo: bool = typer.Option(False, "--redo", help="Re-evaluate lengths the results already hold."),
     restore: bool = typer.Option(
         False, "--restore", help="First train runs whose sweep data records them but whose model.pt is gone "
@@ -202,8 +205,8 @@ def eval_command(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
     trust_plugins: Trust = False,
 ) -> None:
-    """Evaluate saved models at more lengths, on a task variant, with another backend or in bfloat16;
-    add the rows to their results."""
+    """Evaluate saved models at more lengths, on a task variant, with another backend, in bfloat16 or
+    at a kept checkpoint; add the rows to their results."""
     from lengthgen.config import parse_assignments
     from lengthgen.harness.recorded.reevaluate import evaluate_runs, plan_runs, stopped
     from lengthgen.harness.recorded.restore import restore_models
@@ -217,7 +220,7 @@ def eval_command(
             restore_models(input_path(path, "PATH"), tell=_tell)
         plans = plan_runs(input_path(path, "PATH"), max_factor=max_factor, eval_samples=eval_samples,
                           task_params=params, attn=attn, attn_options=options, min_factor=min_factor,
-                          precision=precision)
+                          precision=precision, checkpoint=checkpoint)
         where = _environment(device, log)
         failed = 0
         with _stoppable(lambda: ["interrupted: the rows of the lengths evaluated so far are saved; run the "

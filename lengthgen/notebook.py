@@ -141,6 +141,7 @@ def evaluate(
     attn: str | None = None,
     attn_options: Mapping[str, Any] | None = None,
     precision: str = "fp32",
+    checkpoint: int | None = None,
     redo: bool = False,
     device: str = "auto",
     log: str | None = None,
@@ -148,8 +149,8 @@ def evaluate(
     trust_plugins: bool = False,
 ) -> pd.DataFrame:
     """Evaluate saved models (a run folder, or every run of a sweep folder) at more lengths, on a
-    task variant, with another backend (``attn``, ``attn_options``) or in bfloat16
-    (``precision="bf16"``), like ``lengthgen eval``;
+    task variant, with another backend (``attn``, ``attn_options``), in bfloat16
+    (``precision="bf16"``) or at a checkpoint the run kept (``checkpoint=step``), like ``lengthgen eval``;
     returns the new rows (also merged into the results). A plugin file named by a run's config is
     imported only with ``trust_plugins=True``. Raises :class:`UserError` if an evaluation stops on
     an error."""
@@ -165,7 +166,7 @@ def evaluate(
         plans = plan_runs(input_path(path, "path"), max_factor=max_factor, eval_samples=eval_samples,
                           task_params=_mapping(task_params, "task_params"), attn=attn,
                           attn_options=_mapping(attn_options, "attn_options"), min_factor=min_factor,
-                          precision=precision)
+                          precision=precision, checkpoint=checkpoint)
         where = check_environment(device, log)
         frames = []
         for plan, outcome in evaluate_runs(plans, redo=redo, device=where, progress=progress, log=log):

@@ -78,6 +78,8 @@ def test_commands_rebuild_the_grid_and_the_variants(tmp_path: Path) -> None:
     in_bf16 = pd.concat([base, base.assign(eval_variant="near_misses=1,precision=bf16")], ignore_index=True)
     assert eval_commands(in_bf16, "S/") == ["lengthgen eval S --max-factor 2 --param near_misses=1 "
                                             "--precision bf16"]
+    kept = pd.concat([base, base.assign(eval_variant="checkpoint=1500")], ignore_index=True)
+    assert eval_commands(kept, "S/") == ["lengthgen eval S --max-factor 2 --checkpoint 1500"]
 
 
 def test_leaderboard_publishes_ablations(tmp_path: Path) -> None:

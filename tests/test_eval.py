@@ -309,3 +309,41 @@ def test_the_same_weights_evaluated_in_bfloat16(tmp_path: Path, tiny: Callable[.
     assert again.exit_code == 0 and "0 of 2 lengths" in again.stderr
     plain = evaluate(str(run_dir), "--precision", "fp32")
     assert plain.exit_code == 0 and "0 of 2 lengths" in plain.stderr
+
+
+def test_a_kept_checkpoint_is_evaluated_on_its_own_rows(
+    tmp_path: Path, tiny_config: Callable[..., RunConfig]
+) -> None:
+    """``--checkpoint N`` evaluates the weights a run kept after N steps (``train.keep_every``): rows
+    marked checkpoint=N, equal to that file's weights evaluated by hand; the kept checkpoint the
+    selection chose gives the selected model's numbers; a step not kept is refused in one line."""
+    import torch
+
+    from lengthgen.harness.evaluate import evaluate_length
+    from lengthgen.harness.run import build
+    from lengthgen.harness.weights import checkpoint_path
+
+    config = tiny_config("max_retrieval", "asentmax", run={**EVAL_RUN, "train.keep_every": 15},
+                         **{"eval.max_factor": 2})
+    frame = execute(config, tmp_path, progress=False)
+    run_dir = tmp_path / frame["run_id"].iloc[0]
+    for step in (15, 30):
+        result = evaluate(str(run_dir), "--checkpoint", str(step))
+        assert result.exit_code == 0, result.output
+    rows = pd.read_parquet(run_dir / "results.parquet")
+    task, model = build(config)
+    model.load_state_dict(torch.load(checkpoint_path(run_dir, 15), weights_only=True)["state_dict"])
+    early = rows[rows["eval_variant"] == "checkpoint=15"].sort_values("factor")
+    assert list(early["factor"]) == [1, 2]
+    for factor, row in zip((1, 2), early.itertuples(), strict=True):
+        expected = evaluate_length(model.eval(), task, 6 * factor, factor, config.eval, torch.device("cpu"),
+                                   progress=False)
+        assert row.exact_match == expected.exact_match and row.attn_entropy == expected.attn_entropy
+    best = int(frame["best_step"].iloc[0])
+    chosen = rows[rows["eval_variant"] == f"checkpoint={best}"].sort_values("factor")
+    plain = rows[rows["eval_variant"] == ""].sort_values("factor")
+    assert list(chosen["attn_entropy"]) == list(plain["attn_entropy"])
+    assert list(chosen["token_accuracy"]) == list(plain["token_accuracy"])
+    missing = evaluate(str(run_dir), "--checkpoint", "20")
+    assert missing.exit_code == 2 and "kept no checkpoint at step 20; choose one of 15, 30" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1

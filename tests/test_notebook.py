@@ -87,4 +87,8 @@ def test_an_unknown_number_format_is_refused_before_evaluating(tmp_path: Path) -
     before = (run_dir / "results.parquet").read_bytes()
     with pytest.raises(UserError, match="unknown precision 'fp16'; choose one of fp32, bf16"):
         lengthgen.evaluate(run_dir, precision="fp16")
+    with pytest.raises(UserError, match="checkpoint must be a training step"):
+        lengthgen.evaluate(run_dir, checkpoint="last")  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="kept no checkpoint at step 2; it keeps none"):
+        lengthgen.evaluate(run_dir, checkpoint=2)
     assert (run_dir / "results.parquet").read_bytes() == before

@@ -205,8 +205,8 @@ def _variant_flags(variant: str) -> list[str]:
             flags.append(f"--attn {shlex.quote(value)}")
         elif key.startswith("attn."):
             flags.append(f"--attn-option {shlex.quote(key[5:] + '=' + value)}")
-        elif key == "precision":
-            flags.append(f"--precision {shlex.quote(value)}")
+        elif key in ("precision", "checkpoint"):
+            flags.append(f"--{key} {shlex.quote(value)}")
         else:
             flags.append(f"--param {shlex.quote(item)}")
     return flags

@@ -1,5 +1,6 @@
-"""Evaluate saved models again: at more lengths, on a variant of their task, with another backend or
-in bfloat16, without retraining (``lengthgen eval``, ``lengthgen.evaluate``, a plan's extensions).
+"""Evaluate saved models again: at more lengths, on a variant of their task, with another backend, in
+bfloat16 or at a checkpoint the run kept, without retraining (``lengthgen eval``,
+``lengthgen.evaluate``, a plan's extensions).
 
 The run folder is found, loaded and checked by ``saved``. The evaluation goes through the same
 ``build_run_config`` and the same loop over lengths (``harness.run.evaluate_lengths``) as a fresh
@@ -7,10 +8,11 @@ run, so a length added later gets exactly the row a run with the larger ``max_fa
 written. New rows keep the run's identity (``run_id``, ``config_hash``, ``config_json``: the model is
 the same) and say what was evaluated in ``eval_variant``: empty for the training task, else the
 task parameters that differ (``eval_variant=sparse``) and the backend or backend options the same
-weights were evaluated with (``attn=softmax``), and a number format other than fp32
-(``precision=bf16``). They are merged into the run's ``results.parquet``
-and, inside a sweep folder, into its ``data/<run_id>.parquet`` after every length, under the run's
-lock (``lengthgen.harness.storage.store``): a row with the same (run, length, variant) is replaced,
+weights were evaluated with (``attn=softmax``), a number format other than fp32
+(``precision=bf16``) and kept weights other than the selected ones (``checkpoint=6000``). They are
+merged into the run's ``results.parquet`` and, inside a sweep folder, into its
+``data/<run_id>.parquet`` after every length, under the run's lock
+(``lengthgen.harness.storage.store``): a row with the same (run, length, variant) is replaced,
 never duplicated, and rows another writer adds meanwhile are kept.
 """
 
@@ -66,6 +68,7 @@ class EvalPlan:
     factors: list[int]
     missing_factors: list[int]
     precision: Precision = "fp32"  # the weights' and activations' format while evaluating
+    checkpoint: int | None = None  # the step of the kept weights evaluated (None: the selected ones)
 
     def todo(self, redo: bool) -> list[int]:
         """The factors to evaluate: all of them with ``redo``, else those without an ok row."""
@@ -101,7 +104,8 @@ def plan_runs(path: str | Path, **settings: Any) -> list[EvalPlan]:
 def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_samples: int | None = None,
                     task_params: Mapping[str, Any] | None = None, attn: str | None = None,
                     attn_options: Mapping[str, Any] | None = None,
-                    min_factor: int | None = None, precision: str | None = None) -> EvalPlan:
+                    min_factor: int | None = None, precision: str | None = None,
+                    checkpoint: int | None = None) -> EvalPlan:
     """What evaluating ``run`` with these settings means, checked before any model is evaluated:
     the settings, and that the saved weights fit the model (names and shapes).
 
@@ -115,9 +119,15 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
     ``precision="bf16"`` evaluates the weights cast to bfloat16, activations in bfloat16 too, as a
     model trained and tested in pure bf16 (the paper's ``bf16-true``) runs; attention scores and
     normalizers stay fp32, as flash-attention computes them from bf16 inputs.
+
+    ``checkpoint`` evaluates the weights the run kept after that many steps (``train.keep_every``)
+    instead of the selected ones: whether the checkpoint a selection rule keeps matters at long
+    lengths. Its rows keep the run's columns (``best_step`` is still the selected checkpoint's).
     """
     if precision is not None and precision not in PRECISIONS:
         raise UserError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if checkpoint is not None and (type(checkpoint) is not int or checkpoint < 1):
+        raise UserError(f"checkpoint must be a training step (a whole number from 1), got {checkpoint!r}")
     base = run.config
     overrides = flag_overrides(max_factor=max_factor, eval_samples=eval_samples)
     params = {**base.task_params, **(task_params or {})}
@@ -134,15 +144,18 @@ def plan_evaluation(run: SavedRun, *, max_factor: int | None = None, eval_sample
                     if config.attn != base.attn or base.attn_options.get(k) != v})
     if precision not in (None, "fp32"):
         changed["precision"] = precision
+    if checkpoint is not None:
+        changed["checkpoint"] = checkpoint
     variant = variant_label(changed)
-    fitting_state(run, config, Transformer(config.model(tasks.evaluated.vocab.size), seed=config.seed))
+    fitting_state(run, config, Transformer(config.model(tasks.evaluated.vocab.size), seed=config.seed),
+                  checkpoint)
     factors = [f for f in config.eval.factors() if f >= (min_factor or 1)]
     if min_factor is not None and (not is_power_of_two(min_factor) or not factors):
         raise UserError(f"--min-factor must be a power of two from 1 to the largest factor "
                         f"({config.eval.max_factor}), got {min_factor}")
     done = _evaluated_factors(run, variant)
     return EvalPlan(run, config, tasks.evaluated, variant, factors, [f for f in factors if f not in done],
-                    precision or "fp32")
+                    precision or "fp32", checkpoint)
 
 
 def _evaluated_factors(run: SavedRun, variant: str) -> set[int]:
@@ -210,7 +223,7 @@ def run_evaluation(plan: EvalPlan, factors: Sequence[int], *, device: str | torc
         return outcome
     run, config = plan.run, plan.config
     where = resolve_device(device)
-    model = load_model(run, config, plan.task.vocab.size, where, plan.precision)
+    model = load_model(run, config, plan.task.vocab.size, where, plan.precision, plan.checkpoint)
     base = _identity(run, where, model.num_parameters())
     rows: list[dict[str, Any]] = []
 

@@ -1,6 +1,7 @@
 """A saved run: a run folder with a trained model, found, loaded once and checked before use.
 
-A run folder keeps ``config.json`` (the recipe) and ``model.pt`` (the selected weights). It may
+A run folder keeps ``config.json`` (the recipe) and ``model.pt`` (the selected weights), and may
+keep the weights every so many steps (``checkpoints/``, ``harness.weights``). It may
 come from someone else, so it must say what it holds before anything runs: its ``config.json``
 must hash to the folder's run id, its results must be that run's, and ``model.pt`` must hold
 weights of exactly the model a config builds (names and shapes), saved for the run's own config.
@@ -31,6 +32,7 @@ from lengthgen.files import read_text
 from lengthgen.harness.devices import resolve_device
 from lengthgen.harness.storage.identity import run_id_of
 from lengthgen.harness.storage.results import recorded_run_ids
+from lengthgen.harness.weights import MODEL_FILE, checkpoint_path, kept_steps
 from lengthgen.limits import MAX_TEXT_BYTES, check_power_of_two, check_sample_size
 from lengthgen.model import Transformer
 from lengthgen.registry import reading_data
@@ -59,7 +61,26 @@ class SavedRun:
         """The weights in ``model.pt``, read once however often the run is planned and evaluated,
         and memory-mapped (a sweep folder's plans hold every run's without holding its memory);
         checked to be a lengthgen checkpoint saved for this run's config."""
-        path = self.run_dir / "model.pt"
+        return self._read_weights(self.run_dir / MODEL_FILE)
+
+    def weights(self, checkpoint: int | None = None) -> dict[str, Any]:
+        """The selected weights (``model.pt``), or those the run kept after ``checkpoint`` steps
+        (``train.keep_every``); a step it did not keep is a one-line ``UserError`` naming those it did."""
+        if checkpoint is None:
+            return self.state
+        path = checkpoint_path(self.run_dir, checkpoint)
+        if not path.is_file():
+            kept = kept_steps(self.run_dir)
+            choices = (f"choose one of {', '.join(map(str, kept))}" if kept else "it keeps none (train "
+                       "with --set train.keep_every=N to keep the weights every N steps)")
+            raise UserError(f"{self.run_dir} kept no checkpoint at step {checkpoint}; {choices}")
+        return self._read_weights(path)
+
+    def weights_file(self, checkpoint: int | None = None) -> Path:
+        """The file :meth:`weights` reads."""
+        return self.run_dir / MODEL_FILE if checkpoint is None else checkpoint_path(self.run_dir, checkpoint)
+
+    def _read_weights(self, path: Path) -> dict[str, Any]:
         try:
             checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except Exception as exc:  # a truncated or foreign file: the user can only redo the run
@@ -94,7 +115,7 @@ def load_saved_run(run_dir: Path) -> SavedRun:
     if run_dir.resolve().name != run_id:
         raise UserError(f"{path} is the config of run {run_id!r}, not of {run_dir.resolve().name!r}: it was "
                         "edited, or the folder renamed; evaluate the folder its run wrote")
-    if not (run_dir / "model.pt").is_file():
+    if not (run_dir / MODEL_FILE).is_file():
         again = ("--restore trains it again from the rows its sweep recorded" if sweep_data_file(run_dir)
                  else "run it again")
         raise UserError(f"{run_dir} has no model.pt: the run failed or stopped before training ended; "
@@ -190,10 +211,12 @@ def changed_task_params(config: RunConfig, task_params: Mapping[str, Any] | None
 
 
 # -- the weights -----------------------------------------------------------------------------------
-def fitting_state(run: SavedRun, config: RunConfig, model: Transformer) -> dict[str, Any]:
-    """The saved weights, checked to be tensors of exactly the parameters of ``model`` (built from
-    ``config``: the run's, or an evaluation's with another backend), with their shapes."""
-    state = run.state
+def fitting_state(run: SavedRun, config: RunConfig, model: Transformer,
+                  checkpoint: int | None = None) -> dict[str, Any]:
+    """The saved weights (the selected ones, or a kept checkpoint's), checked to be tensors of
+    exactly the parameters of ``model`` (built from ``config``: the run's, or an evaluation's with
+    another backend), with their shapes."""
+    state = run.weights(checkpoint)
     own = model.state_dict()
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     other = f" with backend {config.attn!r}" if config.attn != run.config.attn else ""
@@ -205,17 +228,17 @@ def fitting_state(run: SavedRun, config: RunConfig, model: Transformer) -> dict[
         elif isinstance(saved, torch.Tensor) and saved.shape != tensor.shape:
             problems.append(f"{name} has shape {tuple(saved.shape)}, the model's is {tuple(tensor.shape)}")
     if problems:
-        path = run.run_dir / "model.pt"
+        path = run.weights_file(checkpoint)
         raise UserError(f"the weights in {path} do not fit the model{other} ({', '.join(problems[:3])})")
     return state
 
 
 def load_model(run: SavedRun, config: RunConfig, vocab_size: int, device: str | torch.device,
-               precision: Precision = "fp32") -> Transformer:
-    """The run's weights in a model built from ``config`` (the run's, or an evaluation variant's),
-    cast to bfloat16 for ``precision="bf16"``."""
+               precision: Precision = "fp32", checkpoint: int | None = None) -> Transformer:
+    """The run's weights (selected, or kept after ``checkpoint`` steps) in a model built from
+    ``config`` (the run's, or an evaluation variant's), cast to bfloat16 for ``precision="bf16"``."""
     model = Transformer(config.model(vocab_size), seed=config.seed)
-    model.load_state_dict(fitting_state(run, config, model))
+    model.load_state_dict(fitting_state(run, config, model, checkpoint))
     model = model.to(resolve_device(device)).eval()
     return model.to(torch.bfloat16) if precision == "bf16" else model
 
