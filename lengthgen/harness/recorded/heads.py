@@ -150,12 +150,14 @@ def bias_increments(backend: AttentionBackend, args: tuple[Any, ...],
 
 
 def head_weights(backend: AttentionBackend, args: tuple[Any, ...], kwargs: Mapping[str, Any],
-                 rows: Tensor) -> tuple[Tensor, Tensor]:
+                 rows: Tensor, increments: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The weights (B, H, R, Nk) a backend gave the query rows at positions ``rows``, recomputed
     from the arguments of its forward call (``AttentionBackend.forward``'s, positional and keyword),
-    and those rows' positions (R,)."""
+    and those rows' positions (R,). ``increments``: the call's :func:`bias_increments`, when the
+    caller has them already (computed here otherwise)."""
     q, k, v, x, q_pos, slopes = args[:6]
-    increments = bias_increments(backend, args, kwargs)
+    if increments is None:
+        increments = bias_increments(backend, args, kwargs)
     keep = torch.isin(q_pos, rows)
     q, x, q_pos = q[:, :, keep], x[:, keep], q_pos[keep]
     scale = backend.query_scale(x, q_pos)
@@ -224,9 +226,9 @@ def _measuring(tallies: list[list[HeadTally]], layer_of: dict[int, int], batch: 
     keeps, per layer, the most-weighted key of every head and row with the rows' positions."""
 
     def hook(module: AttentionBackend, args: tuple[Any, ...], kwargs: dict[str, Any], output: Tensor) -> None:
-        p, q_pos = head_weights(module, args, kwargs, batch.query_positions)
-        keep = torch.isin(batch.query_positions, q_pos)
         increments = bias_increments(module, args, kwargs)
+        p, q_pos = head_weights(module, args, kwargs, batch.query_positions, increments)
+        keep = torch.isin(batch.query_positions, q_pos)
         for h, tally in enumerate(tallies[layer_of[id(module)]]):
             tally.add(p[:, h], q_pos, batch.mask[:, keep])
             if increments is not None:
