@@ -316,7 +316,8 @@ def test_a_kept_checkpoint_is_evaluated_on_its_own_rows(
 ) -> None:
     """``--checkpoint N`` evaluates the weights a run kept after N steps (``train.keep_every``): rows
     marked checkpoint=N, equal to that file's weights evaluated by hand; the kept checkpoint the
-    selection chose gives the selected model's numbers; a step not kept is refused in one line."""
+    selection chose gives the selected model's numbers; a step not kept is refused in one line; a
+    run without its selected weights yet (still training) has its kept ones evaluated."""
     import torch
 
     from lengthgen.harness.evaluate import evaluate_length
@@ -347,3 +348,7 @@ def test_a_kept_checkpoint_is_evaluated_on_its_own_rows(
     missing = evaluate(str(run_dir), "--checkpoint", "20")
     assert missing.exit_code == 2 and "kept no checkpoint at step 20; choose one of 15, 30" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+    (run_dir / "model.pt").unlink()  # as while the run still trains: its kept weights can be evaluated
+    assert evaluate(str(run_dir), "--checkpoint", "15", "--redo").exit_code == 0
+    selected = evaluate(str(run_dir))
+    assert selected.exit_code == 2 and "has no model.pt" in selected.stderr

@@ -80,7 +80,7 @@ def plan_runs(path: str | Path, **settings: Any) -> list[EvalPlan]:
     any model is evaluated. A run folder's problem is a ``UserError``; in a sweep folder a broken
     run is skipped with a warning and the others are planned (when every run fails the same way,
     a bad setting, that one message is the error)."""
-    runs = find_saved_runs(path)
+    runs = find_saved_runs(path, settings.get("checkpoint"))
     if (Path(path) / "config.json").is_file():
         return [plan_evaluation(runs[0], **settings)]
     plans, failures = [], []

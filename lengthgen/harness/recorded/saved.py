@@ -100,8 +100,10 @@ class SavedRun:
         return state
 
 
-def load_saved_run(run_dir: Path) -> SavedRun:
-    """The run in ``run_dir``, checked to be what its name says (one-line ``UserError`` if not)."""
+def load_saved_run(run_dir: Path, checkpoint: int | None = None) -> SavedRun:
+    """The run in ``run_dir``, checked to be what its name says (one-line ``UserError`` if not).
+    With ``checkpoint`` (the weights it kept after that many steps), the run may still be training:
+    its selected weights (``model.pt``) are not needed."""
     path = run_dir / "config.json"
     try:
         recorded = parse_json(read_text(path, links=False, limit=MAX_TEXT_BYTES), str(path))
@@ -115,7 +117,7 @@ def load_saved_run(run_dir: Path) -> SavedRun:
     if run_dir.resolve().name != run_id:
         raise UserError(f"{path} is the config of run {run_id!r}, not of {run_dir.resolve().name!r}: it was "
                         "edited, or the folder renamed; evaluate the folder its run wrote")
-    if not (run_dir / MODEL_FILE).is_file():
+    if checkpoint is None and not (run_dir / MODEL_FILE).is_file():
         again = ("--restore trains it again from the rows its sweep recorded" if sweep_data_file(run_dir)
                  else "run it again")
         raise UserError(f"{run_dir} has no model.pt: the run failed or stopped before training ended; "
@@ -143,9 +145,10 @@ def sweep_data_file(run_dir: Path) -> Path | None:
     return data if data is not None and data.is_file() else None
 
 
-def find_saved_runs(path: str | Path) -> list[SavedRun]:
+def find_saved_runs(path: str | Path, checkpoint: int | None = None) -> list[SavedRun]:
     """The run at ``path`` (a run folder), or every trained run of a sweep folder (``runs/*``);
-    runs of a sweep that cannot be used (no model, an edited config) are skipped with a warning."""
+    runs of a sweep that cannot be used (no model, an edited config) are skipped with a warning.
+    ``checkpoint``: kept weights will be read, so runs still training count (``load_saved_run``)."""
     root = Path(path)
     if not root.is_dir() and sweep_data_file(root) is not None:
         raise UserError(f"{str(path)!r} does not exist, but its sweep's data records the run: the data files "
@@ -154,14 +157,14 @@ def find_saved_runs(path: str | Path) -> list[SavedRun]:
         raise UserError(f"{str(path)!r} is not a folder: give a run folder (config.json, model.pt) "
                         "or a sweep folder (runs/, data/)")
     if (root / "config.json").is_file():
-        return [load_saved_run(root)]
+        return [load_saved_run(root, checkpoint)]
     if not (root / "runs").is_dir():
         raise UserError(f"{str(path)!r} is neither a run folder (no config.json) nor a sweep folder "
                         "(no runs/)")
     runs = []
     for run_dir in sorted(d for d in (root / "runs").iterdir() if (d / "config.json").is_file()):
         try:
-            runs.append(load_saved_run(run_dir))
+            runs.append(load_saved_run(run_dir, checkpoint))
         except UserError as exc:
             warnings.warn(f"skipped {run_dir}: {exc}", UserNotice, stacklevel=2)
     if not runs:
