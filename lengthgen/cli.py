@@ -47,6 +47,9 @@ Selecting = Annotated[Selection | None, typer.Option("--selection", help="Checkp
 Variant = Annotated[list[str], typer.Option("--param",
                                             help="Test on a task variant: task parameter key=value")]
 RunFolder = Annotated[str, typer.Argument(help="A run folder (with model.pt and config.json).")]
+KeptStep = Annotated[int | None, typer.Option(
+    "--checkpoint", min=1, help="Use the weights kept after this many steps (a run trained with "
+    "train.keep_every) instead of the selected ones.")]
 
 app = typer.Typer(
     cls=output.OneLineErrors,
@@ -193,9 +196,7 @@ def eval_command(
     precision: Precision = typer.Option(
         "fp32", "--precision", help="Evaluate the weights and activations in this format (bf16: pure "
         "bfloat16, attention scores still fp32)."),
-    checkpoint: int | None = typer.Option(
-        None, "--checkpoint", min=1, help="Evaluate the weights kept after this many steps (a run trained "
-        "with train.keep_every) instead of the selected ones."),
+    checkpoint: KeptStep = None,
     redo: bool = typer.Option(False, "--redo", help="Re-evaluate lengths the results already hold."),
     restore: bool = typer.Option(
         False, "--restore", help="First train runs whose sweep data records them but whose model.pt is gone "
@@ -399,6 +400,7 @@ def positions_command(
     samples: int = typer.Option(64, "--samples", help="Test samples (the evaluation's test set)."),
     bins: int = typer.Option(8, "--bins", help="Ranges of answer positions to report."),
     param: Variant = None,  # type: ignore[assignment]
+    checkpoint: KeptStep = None,
     device: Where = "auto",
     trust_plugins: Trust = False,
 ) -> None:
@@ -413,8 +415,8 @@ def positions_command(
         raise UserError(f"--bins must be at least 1, got {bins}")
     params = parse_assignments(param, "--param")
     with trusted_plugins(everything=trust_plugins):
-        profile = profile_run(input_path(path, "PATH"), factor, samples, device, params)
-    _print(output.positions_lines(profile, samples, variant_label(params), bins))
+        profile = profile_run(input_path(path, "PATH"), factor, samples, device, params, checkpoint)
+    _print(output.positions_lines(profile, samples, variant_label(_probed(params, checkpoint)), bins))
 
 
 @app.command("heads")
@@ -426,6 +428,7 @@ def heads_command(
     knock_out: bool = typer.Option(True, "--knock-out/--no-knock-out",
                                    help="Also measure the accuracy without each head (one more forward "
                                         "pass per head: most of the time at long lengths)."),
+    checkpoint: KeptStep = None,
     device: Where = "auto",
     trust_plugins: Trust = False,
 ) -> None:
@@ -438,8 +441,13 @@ def heads_command(
 
     params = parse_assignments(param, "--param")
     with trusted_plugins(everything=trust_plugins):
-        report = profile_run(input_path(path, "PATH"), factor, samples, device, params, knock_out)
-    _print(output.heads_lines(report, variant_label(params), MASS))
+        report = profile_run(input_path(path, "PATH"), factor, samples, device, params, knock_out, checkpoint)
+    _print(output.heads_lines(report, variant_label(_probed(params, checkpoint)), MASS))
+
+
+def _probed(params: dict[str, Any], checkpoint: int | None) -> dict[str, Any]:
+    """What a probe's report names besides the run: the task variant and the kept checkpoint."""
+    return params if checkpoint is None else {**params, "checkpoint": checkpoint}
 
 
 def main() -> None:

@@ -169,6 +169,24 @@ def test_command_prints_one_line_per_head(tmp_path: Path, tiny_config: Callable[
     assert {line.split()[-1] for line in fast[2:2 + n]} == {"—"} and fast[2 + n:] == lines[2 + n:]
 
 
+def test_probes_read_a_kept_checkpoint(tmp_path: Path, tiny_config: Callable[..., RunConfig]) -> None:
+    """``heads`` and ``positions`` take ``--checkpoint N``: the kept weights the selection chose give
+    the selected model's report, named as that checkpoint; a step not kept is refused in one line."""
+    torch.set_num_threads(1)
+    frame = execute(tiny_config(**{"train.keep_every": 2}), tmp_path, progress=False)
+    run_dir, best = tmp_path / frame["run_id"].iloc[0], int(frame["best_step"].iloc[0])
+    for probe in ("heads", "positions"):
+        args = [probe, str(run_dir), "--factor", "2", "--samples", "4"]
+        selected = runner.invoke(app, args)
+        kept = runner.invoke(app, [*args, "--checkpoint", str(best)])
+        assert selected.exit_code == 0 and kept.exit_code == 0, kept.output
+        first, *rest = kept.output.strip().splitlines()
+        assert first.startswith(f"{run_dir.name} [checkpoint={best}] at 2x")
+        assert rest == selected.output.strip().splitlines()[1:]
+        missing = runner.invoke(app, [*args, "--checkpoint", "3"])
+        assert missing.exit_code == 2 and "kept no checkpoint at step 3; choose one of 2, 4" in missing.stderr
+
+
 @BASELINES
 def test_a_fox_run_shows_each_heads_forget_gate(
     tmp_path: Path, tiny_config: Callable[..., RunConfig]

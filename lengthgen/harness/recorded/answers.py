@@ -78,9 +78,10 @@ class RunProfile:
 
 @reading_data()  # names from the folder's config: data, as in open_trained
 def profile_run(run_dir: Path, factor: int, n_samples: int, device: str | torch.device = "auto",
-                task_params: Mapping[str, Any] | None = None) -> RunProfile:
-    """Load the trained run in ``run_dir`` and score its answers position by position at L·``factor``."""
-    trained = open_trained(run_dir, factor, n_samples, device, task_params)
+                task_params: Mapping[str, Any] | None = None, checkpoint: int | None = None) -> RunProfile:
+    """Load the trained run in ``run_dir`` (its selected weights, or those kept after ``checkpoint``
+    steps) and score its answers position by position at L·``factor``."""
+    trained = open_trained(run_dir, factor, n_samples, device, task_params, checkpoint)
     config, task = trained.run.config, trained.task
     # what training scored: the run's own task, not the variant
     training_sample = trained.tasks.trained.sample(1, config.train.train_length, seed=TEST_SEED, split="eval")

@@ -282,9 +282,11 @@ def _batch_tokens(task: Task, length: int, model: Transformer) -> int:
 
 @reading_data()  # names from the folder's config: data, as in open_trained
 def profile_run(run_dir: Path, factor: int, n_samples: int, device: str | torch.device = "auto",
-                task_params: Mapping[str, Any] | None = None, knock_out: bool = True) -> HeadsReport:
-    """Load the trained run in ``run_dir`` and profile its heads at L·``factor``."""
-    trained = open_trained(run_dir, factor, n_samples, device, task_params)
+                task_params: Mapping[str, Any] | None = None, knock_out: bool = True,
+                checkpoint: int | None = None) -> HeadsReport:
+    """Load the trained run in ``run_dir`` (its selected weights, or those kept after ``checkpoint``
+    steps) and profile its heads at L·``factor``."""
+    trained = open_trained(run_dir, factor, n_samples, device, task_params, checkpoint)
     batch_tokens = _batch_tokens(trained.task, trained.length, trained.model)
     accuracy, heads = profile_heads(trained.model, trained.task, trained.length, n_samples, batch_tokens,
                                     trained.device, knock_out)

@@ -264,21 +264,22 @@ class TrainedModel:
 
 @reading_data()  # the task and backend names come from the folder's config: a plugin it names never runs
 def open_trained(run_dir: Path, factor: int, n_samples: int, device: str | torch.device = "auto",
-                 task_params: Mapping[str, Any] | None = None) -> TrainedModel:
+                 task_params: Mapping[str, Any] | None = None, checkpoint: int | None = None) -> TrainedModel:
     """The trained run in ``run_dir`` with its task (or the variant ``task_params`` make of it) and
     the length L·``factor``, after checking the arguments (one-line ``UserError``). Like ``eval``,
     it imports no plugin file the folder's config names unless the user allows it
-    (``--trust-plugins``): ``positions`` and ``heads`` load folders through this one gate."""
+    (``--trust-plugins``): ``positions`` and ``heads`` load folders through this one gate.
+    ``checkpoint``: the weights the run kept after that many steps instead of the selected ones."""
     if factor < 1 or n_samples < 1:
         raise UserError(f"factor and samples must be at least 1 (got factor {factor}, samples {n_samples})")
     check_power_of_two("factor", factor)
     if not (run_dir / "config.json").is_file():
         raise UserError(f"{run_dir} is not a run folder (it has no config.json): give one of a sweep's "
                         "runs/* folders or the folder `lengthgen run` wrote")
-    run = load_saved_run(run_dir)
+    run = load_saved_run(run_dir, checkpoint)
     length = run.config.train.train_length * factor
     check_sample_size(n_samples, length)
     where = resolve_device(device)
     tasks = task_variant(run.config, task_params)
-    model = load_model(run, run.config, tasks.evaluated.vocab.size, where)
+    model = load_model(run, run.config, tasks.evaluated.vocab.size, where, checkpoint=checkpoint)
     return TrainedModel(run, tasks, model, length, where)
