@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from lengthgen.config import RunConfig
 from lengthgen.files import atomic_write
+
+if TYPE_CHECKING:
+    import torch
 
 #: The selected weights of a run folder.
 MODEL_FILE = "model.pt"
@@ -28,6 +30,8 @@ _STEP_FILE = re.compile(r"step-([1-9][0-9]*)\.pt")
 
 def save_weights(model: torch.nn.Module, config: RunConfig, path: Path) -> None:
     """The model's weights with the config they belong to, written atomically."""
+    import torch  # here, not at the top: plans read the file names without loading torch
+
     state = {"config": config.model_dump(mode="json"), "state_dict": model.state_dict()}
     atomic_write(path, lambda handle: torch.save(state, handle))
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lengthgen.harness.weights import MODEL_FILE
 from lengthgen.plans.plan import BlockState, BoardPlan, Work, survey
 from lengthgen.progress import Shown, format_seconds, log_line
 from lengthgen.sweeps import data_path, failed_frame, record_if_missing, run_one, run_path, terminate_workers
@@ -66,7 +67,7 @@ def evaluate_recorded(out: str, work: Work, device: str, progress: Shown = False
     from lengthgen.harness.recorded.saved import load_saved_run
 
     run_dir = run_path(out, work.key)
-    if not (run_dir / "model.pt").is_file():
+    if not (run_dir / MODEL_FILE).is_file():
         restore_run(run_dir, data_path(out, work.key), progress)
     run = load_saved_run(run_dir)
     factors = list(work.factors)

@@ -46,6 +46,7 @@ from lengthgen.config import RunConfig, parse_toml, validation_message
 from lengthgen.errors import UserError
 from lengthgen.files import read_text
 from lengthgen.harness.storage.results import read_parquet_file
+from lengthgen.harness.weights import MODEL_FILE
 from lengthgen.plans.numerics import check_pins
 from lengthgen.sweeps import SweepSpec, data_path, kept_factors, resume_step, run_key, run_path, run_state
 
@@ -549,14 +550,14 @@ def _add_extension(state: BlockState, config: RunConfig, root: Path, protocol: b
     wanted = extension_factors(config, state.block.full_max_factor)
     missing = tuple(f for f in wanted if f not in _ok_factors(data_path(root, key)))
     if missing:
-        restore = not (run_path(root, key) / "model.pt").is_file()
+        restore = not (run_path(root, key) / MODEL_FILE).is_file()
         state.work.append(Work("extend", state.block.label, config, missing, restore, protocol=protocol))
 
 
 def _add_variants(state: BlockState, config: RunConfig, root: Path) -> None:
     """Add the evaluations of a recorded run on its sweep's task variants that it still lacks."""
     key = run_key(config)
-    restore = not (run_path(root, key) / "model.pt").is_file()
+    restore = not (run_path(root, key) / MODEL_FILE).is_file()
     for variant in state.block.sweep.variants:
         top = variant.max_factor or config.eval.max_factor
         work = Work("variant", state.block.label, config, restore=restore, variant=variant)

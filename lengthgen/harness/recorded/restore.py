@@ -29,6 +29,7 @@ from lengthgen.harness.recorded.verify import (
     recorded_threads,
     rederive,
 )
+from lengthgen.harness.weights import MODEL_FILE
 from lengthgen.progress import Shown
 
 #: The scratch folder of a restore is this prefix and the run's name, beside the run's folder.
@@ -81,7 +82,7 @@ def models_to_restore(path: Path) -> list[tuple[Path, Path]]:
         candidates = [(path, data)] if data is not None else []
     found = []
     for run_dir, data in candidates:
-        if (run_dir / "model.pt").is_file():
+        if (run_dir / MODEL_FILE).is_file():
             continue
         try:
             if run_dir.name in published_runs(data):
