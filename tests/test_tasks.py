@@ -571,6 +571,27 @@ def test_copy_with_distinct_pairs_refuses_a_length_with_too_few_pairs() -> None:
         get_task("copy", vocab_size=2, distinct_pairs=True).sample(1, 6, seed=0)
 
 
+@pytest.mark.parametrize(("params", "length"), [({}, 16), ({"n_priorities": 3, "n_classes": 2}, 40), ({}, 300)])
+def test_max_retrieval_names_each_positions_role_for_the_answer(params: dict[str, Any], length: int) -> None:
+    """Roles from the samples' (priority, class) lists: the maximum, items one priority below it or
+    lower, and on which side of the maximum they sit."""
+    task = get_task("max_retrieval", **params)
+    batch = task.sample(6, length, seed=9, split="eval")
+    seen = set()
+    for ids, mask, source in zip(batch.input_ids, batch.loss_mask, batch.source, strict=True):
+        (row,) = np.flatnonzero(mask)
+        top = max(p for p, _ in source)
+        at = [p for p, _ in source].index(top)
+        expected = {p: "start or separator" for p in [0, *range(length + 1, len(ids))]}
+        for j, (priority, _) in enumerate(source):
+            kind = "an item one below the maximum" if priority == top - 1 else "a lower item"
+            expected[1 + j] = "the maximum" if j == at else f"{kind}, {'after' if j > at else 'before'} it"
+        got = {p: task.key_role(ids, int(row), p) for p in range(len(ids))}
+        assert got == expected
+        seen.update(got.values())
+    assert "the maximum" in seen and any(role.startswith("an item one below") for role in seen)
+
+
 def test_tasks_without_roles_name_none() -> None:
     task = get_task("sort")
     batch = task.sample(1, 8, split="eval")

@@ -96,3 +96,21 @@ class MaxRetrieval(Task):
                 return np.stack([priority, klass], axis=-1).tolist()
 
         return TaskBatch(ids, mask, source, answer[:, None].tolist)
+
+    def key_role(self, ids: np.ndarray, row: int, key: int) -> str | None:
+        """The maximum, an item one priority below it (the planted near-tie, and any other drawn
+        there) or a lower item, each other item also named by its side of the maximum: "after" is
+        nearer the answer. A backend that favours recent keys (a forget gate, stick-breaking's
+        nearest-first order) errs on items after the maximum; one that cannot tell near-ties apart
+        errs on either side alike."""
+        n = len(ids) - 4  # bos, n items, sep, answer, eos
+        if not 1 <= key <= n:
+            return "start or separator"
+        priorities = (np.asarray(ids[1:n + 1]) - self.item_offset) // self.config.n_classes
+        top = int(priorities.argmax())
+        mine = int(priorities[key - 1])
+        if key - 1 == top:
+            return "the maximum"
+        side = "after" if key - 1 > top else "before"
+        kind = "an item one below the maximum" if mine == priorities[top] - 1 else "a lower item"
+        return f"{kind}, {side} it"
