@@ -571,7 +571,8 @@ def test_copy_with_distinct_pairs_refuses_a_length_with_too_few_pairs() -> None:
         get_task("copy", vocab_size=2, distinct_pairs=True).sample(1, 6, seed=0)
 
 
-@pytest.mark.parametrize(("params", "length"), [({}, 16), ({"n_priorities": 3, "n_classes": 2}, 40), ({}, 300)])
+@pytest.mark.parametrize(("params", "length"),
+                         [({}, 16), ({"n_priorities": 3, "n_classes": 2}, 40), ({}, 300)])
 def test_max_retrieval_names_each_positions_role_for_the_answer(params: dict[str, Any], length: int) -> None:
     """Roles from the samples' (priority, class) lists: the maximum, items one priority below it or
     lower, and on which side of the maximum they sit."""
