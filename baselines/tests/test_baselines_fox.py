@@ -149,3 +149,29 @@ def test_deterministic() -> None:
                 first = a(q, k, v, x, torch.arange(300), NAPE)
                 second = b(q, k, v, x, torch.arange(300), NAPE)
             assert torch.equal(first, second)
+
+
+def test_open_gates_are_softmax_without_forgetting_and_keep_published_run_ids() -> None:
+    """``gates="open"`` (an ablation option added after runs were published): every gate 1, so the
+    layer is the definition with log f = 0; a run's config records it only when set, so the board's
+    FoX runs keep their ids (the max_retrieval seed-0 run's, as published)."""
+    from lengthgen.config import build_run_config
+
+    torch.manual_seed(0)
+    layer = make_layer("forget")
+    opened = ForgettingAttention(layer.spec, ForgettingAttention.Options(gates="open")).eval()
+    opened.load_state_dict(layer.state_dict())
+    q, k, v, x = inputs(40)
+    rows = torch.arange(40)
+    want = attention(fox_row, q, k, v, rows, log_f=[[[0.0] * 40] * H] * B, slope=[0.0] * H)
+    with torch.no_grad():
+        assert opened.cumulative_bias(x) is None
+        got = opened(q, k, v, x, rows, None)
+        learned = layer(q, k, v, x, rows, None)
+    assert float((got.double() - want).abs().max()) <= ATOL
+    assert float((learned.double() - want).abs().max()) > 0.1  # these gates do forget
+    plain = build_run_config("max_retrieval", "fox", pos="nope", preset="paper-tasks", seed=0)
+    assert plain.attn_options == {} and plain.config_hash().startswith("25882b95")
+    ablated = build_run_config("max_retrieval", "fox", pos="nope", preset="paper-tasks", seed=0,
+                               attn_options={"gates": "open"})
+    assert ablated.attn_options == {"gates": "open"} and ablated.config_hash() != plain.config_hash()

@@ -7,22 +7,36 @@ increments log f_t), which the engine runs on its softmax kernels; ALiBi is the 
 f = e^(−slope). The gate is initialised as FoX's code initialises its ``fgate_proj`` (the default
 ``fgate_type="full"``): weights N(0, 0.02²), bias 0, so f ≈ ½ at the start of training. This is the
 basic FoX layer, without the "Pro" block's output gate, QK-norm or key/value shifts.
+
+The option ``gates="open"`` sets every gate to 1 (no forgetting: softmax with no position signal) in
+a model trained with them, to test at evaluation what the forgetting does at a length.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from lengthgen.api import AttentionBackend, BackendOptions, LayerSpec, Normalizer, SoftmaxRows
+from pydantic import Field
 from torch import nn
 
 #: FoX's ``initializer_range``: the standard deviation of the gate's weights.
 GATE_WEIGHT_STD = 0.02
 
 
+class ForgettingOptions(BackendOptions):
+    LATE = ("gates",)  # added after runs were published: recorded only when set
+    gates: Literal["learned", "open"] = Field(
+        "learned", description="the forget gates as learned, or all open (f = 1, no forgetting: an ablation)")
+
+
 class ForgettingAttention(AttentionBackend):
     name = "fox"
     description = "Forgetting Attention (FoX): softmax, scores decayed by learned forget gates (paper: nope)"
+    Options = ForgettingOptions
+    options: ForgettingOptions
 
     def __init__(self, spec: LayerSpec, options: BackendOptions | None = None) -> None:
         super().__init__(spec, options)
@@ -38,7 +52,10 @@ class ForgettingAttention(AttentionBackend):
     def normalize(self, scores: torch.Tensor) -> torch.Tensor:
         return self.normalizer().probs(scores).to(scores.dtype)
 
-    def cumulative_bias(self, x: torch.Tensor) -> torch.Tensor:
-        """log f_t (B, H, N), from gate logits in at least float32 (as FoX computes them under autocast)."""
+    def cumulative_bias(self, x: torch.Tensor) -> torch.Tensor | None:
+        """log f_t (B, H, N), from gate logits in at least float32 (as FoX computes them under autocast);
+        None with the gates open."""
+        if self.options.gates == "open":
+            return None
         logits = self.gate(x)
         return F.logsigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32))).transpose(1, 2)
