@@ -52,6 +52,8 @@ def test_the_published_tables_compile(tmp_path: Path) -> None:
     wide = files["latex/max_retrieval.tex"].decode()
     assert wide.count(r"\toprule") == wide.count(r"\bottomrule") == 3  # 11 lengths: blocks of 4 columns
     assert r"\label{tab:lengthgen-max-retrieval}" in wide and "Protocol: paper-tasks preset" in wide
+    # its rows mix position schemes (the baselines run without one): the scheme goes below the name
+    assert r"\shortstack[l]{fox\\{\scriptsize\mdseries nope}} & 1/3 &" in wide
     copy = files["latex/copy.tex"].decode()
     softmax = next(line for line in copy.splitlines() if line.startswith("softmax &"))
     assert softmax.split(" & ")[2] == r"\bfseries \shortstack[r]{99.7\\{\scriptsize\mdseries [99.2, 100.0]}}"

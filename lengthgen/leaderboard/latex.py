@@ -58,6 +58,8 @@ FACTORS_PER_BLOCK = 4
 
 #: The preamble the tables are written for (and compiled with in the tests).
 PREAMBLE = r"\usepackage{booktabs}"
+#: The frame's column of typeset backend names (``backend`` keeps the plain label that identifies a row).
+NAME = "name (typeset)"
 
 
 def _cell(row: pd.Series) -> str:
@@ -76,11 +78,12 @@ def task_frame(summary: pd.DataFrame, task: str) -> tuple[pd.DataFrame, list[int
     factors = sorted(int(f) for f in part["factor"].dropna().unique())
     measured = part[part["source"] == "measured"]
     paper = part[part["source"] == "paper"]
-    rows, labels = [], []
+    rows, labels, names = [], [], []
     for _, group in measured.groupby(["method", "pos"], sort=True):
         by_factor = {int(r["factor"]): r for _, r in group.iterrows() if not is_missing(r["factor"])}
         first = group.iloc[0]
         label = _label(first, measured)
+        names.append(_name_cell(first, measured))
         cells = {"learned": f"{int(first['learned_seeds'])}/{int(first['runs'])}"}
         cells |= {factor_label(f): _cell(by_factor[f]) if f in by_factor else "" for f in factors}
         cells["eff. length"] = latex_escape(effective_label(first["effective_length"],
@@ -98,8 +101,10 @@ def task_frame(summary: pd.DataFrame, task: str) -> tuple[pd.DataFrame, list[int
         paper_rows.append(len(rows))
         rows.append(cells)
         labels.append(f"paper: {method}")
+        names.append(latex_escape(f"paper: {method}"))
     frame = pd.DataFrame(rows)
     frame.insert(0, "backend", labels)
+    frame.insert(1, NAME, names)
     return frame, paper_rows
 
 
@@ -130,6 +135,15 @@ def _label(row: pd.Series, part: pd.DataFrame) -> str:
     return str(row["method"]) if part["pos"].nunique() == 1 else f"{row['method']} ({row['pos']})"
 
 
+def _name_cell(row: pd.Series, part: pd.DataFrame) -> str:
+    """The backend's name as typeset; where the task's rows mix position schemes, the scheme goes on
+    a second, smaller line, so that naming it does not widen the table past the text."""
+    name = latex_escape(str(row["method"]))
+    if part["pos"].nunique() == 1:
+        return name
+    return rf"\shortstack[l]{{{name}\\{{\scriptsize\mdseries {latex_escape(str(row['pos']))}}}}}"
+
+
 def caption(task: str, protocol: dict[str, str], seeds: int) -> str:
     keys = ("preset", "train lengths", "steps", "learning rate", "warm-up")
     field = {k: protocol.get(k, "?") for k in keys}
@@ -155,7 +169,7 @@ def _tabular(frame: pd.DataFrame, columns: list[str], best: set[tuple[int, str]]
     for i, row in frame.iterrows():
         if i in paper_rows and i == paper_rows[0]:
             lines.append(r"\midrule")
-        cells = [latex_escape(str(row["backend"]))]
+        cells = [str(row[NAME])]
         cells += [rf"\bfseries {row[c]}" if (i, c) in best else str(row[c]) for c in columns[1:]]
         lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
@@ -169,7 +183,7 @@ def latex_table(summary: pd.DataFrame, task: str, protocol: dict[str, str]) -> s
     best = _best(summary, task, frame, paper_rows)
     runs = _measured(summary, task)["runs"].dropna()
     seeds = int(runs.max()) if not runs.empty else 0
-    factors = [c for c in frame.columns if c not in ("backend", "learned", "eff. length")]
+    factors = [c for c in frame.columns if c not in ("backend", NAME, "learned", "eff. length")]
     groups = [factors[i:i + FACTORS_PER_BLOCK] for i in range(0, len(factors), FACTORS_PER_BLOCK)] or [[]]
     blocks = [_tabular(frame, ["backend", *(["learned"] if i == 0 else []), *group,
                                *(["eff. length"] if i == len(groups) - 1 else [])], best, paper_rows)
