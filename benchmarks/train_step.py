@@ -16,6 +16,10 @@ Each (checkout, task, backend) runs in a fresh process with one torch thread, at
 alternate within every repeat, so a busy machine slows both sides alike.
 
     python benchmarks/train_step.py --against ../baseline --tasks mqmtar --attn softmax asentmax
+
+With softmax among the backends, the last column divides each backend's step by softmax's on the
+same task and side: what the backend costs beyond the model (the baselines run without position
+embedding on the board: ``--attn softmax fox stickbreaking --pos nope``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ PHASES = ("step", "data", "forward", "backward", "optimizer")
 TASKS = ("mqmtar", "copy", "sort", "reverse", "max_retrieval", "flip_flop")
 
 
-def time_loop(task_name: str, attn: str, steps: int, skip: int) -> dict[str, Any]:
+def time_loop(task_name: str, attn: str, steps: int, skip: int, pos: str | None) -> dict[str, Any]:
     """Per-phase median milliseconds of ``steps`` training steps in this process's lengthgen."""
     import torch
 
@@ -46,7 +50,7 @@ def time_loop(task_name: str, attn: str, steps: int, skip: int) -> dict[str, Any
     from lengthgen.model import Transformer
 
     torch.set_num_threads(1)
-    config = build_run_config(task_name, attn, preset="paper-tasks",
+    config = build_run_config(task_name, attn, preset="paper-tasks", **({"pos": pos} if pos else {}),
                               overrides={"train.steps": steps, "train.val_every": steps})
     task, model = build(config)
     marks: list[float] = []
@@ -89,15 +93,17 @@ def time_loop(task_name: str, attn: str, steps: int, skip: int) -> dict[str, Any
         per_step["data"].append(total - sum(parts.values()))
         for phase, value in parts.items():
             per_step[phase].append(value)
-    return {"task": task_name, "attn": attn, "code": str(Path(lengthgen.__file__).parent.parent),
+    return {"task": task_name, "attn": attn, "pos": config.pos,
+            "code": str(Path(lengthgen.__file__).parent.parent),
             "steps_timed": len(kept), "torch": torch.__version__,
             **{phase: 1000 * statistics.median(values) for phase, values in per_step.items()}}
 
 
-def run_side(checkout: Path, task_name: str, attn: str, steps: int, skip: int) -> dict[str, Any]:
+def run_side(checkout: Path, task_name: str, attn: str, steps: int, skip: int,
+             pos: str | None) -> dict[str, Any]:
     """One measurement in a fresh process that imports ``checkout``'s lengthgen."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    args = [sys.executable, __file__, "--worker", task_name, attn, str(steps), str(skip)]
+    args = [sys.executable, __file__, "--worker", task_name, attn, str(steps), str(skip), pos or ""]
     out = subprocess.run(args, env=env, capture_output=True, text=True, check=True, cwd=checkout)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -119,18 +125,20 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=8, help="first steps left out (warm-up)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write every measurement here")
-    parser.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--pos", help="position scheme of every backend (default: the preset's)")
+    parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        task_name, attn, steps, skip = args.worker
-        print(json.dumps(time_loop(task_name, attn, int(steps), int(skip))))
+        task_name, attn, steps, skip, pos = args.worker
+        print(json.dumps(time_loop(task_name, attn, int(steps), int(skip), pos or None)))
         return
 
     sides = {"after": HERE.parent}
     if args.against:
         sides = {"before": args.against.resolve(), **sides}
     labels = {side: git_label(path) for side, path in sides.items()}
-    print(f"one torch thread, paper-tasks presets, {args.steps} steps (first {args.skip} and the last "
+    print(f"one torch thread, paper-tasks presets{f', pos {args.pos}' if args.pos else ''}, "
+          f"{args.steps} steps (first {args.skip} and the last "
           f"left out), medians in ms; load {os.getloadavg()[0]:.2f}; "
           + ", ".join(f"{side} = {label}" for side, label in labels.items()))
     rows: list[dict[str, Any]] = []
@@ -139,23 +147,30 @@ def main() -> None:
             for attn in args.attn:
                 for side, path in sides.items():
                     rows.append({"side": side, "commit": labels[side], "repeat": repeat,
-                                 **run_side(path, task_name, attn, args.steps, args.skip)})
-    print(f"{'task':<14}{'backend':<10}{'side':<8}" + "".join(f"{p:>10}" for p in PHASES)
-          + f"{'data %':>8}{'step / before':>15}")
+                                 **run_side(path, task_name, attn, args.steps, args.skip, args.pos)})
+    print(f"{'task':<14}{'backend':<15}{'side':<8}" + "".join(f"{p:>10}" for p in PHASES)
+          + f"{'data %':>8}{'step / before':>15}{'step / softmax':>16}")
     for task_name in args.tasks:
+        medians = {(attn, side): _medians(rows, task_name, attn, side)
+                   for attn in args.attn for side in sides}
         for attn in args.attn:
-            medians = {}
             for side in sides:
-                mine = [r for r in rows if r["side"] == side and r["task"] == task_name and r["attn"] == attn]
-                medians[side] = {p: statistics.median(r[p] for r in mine) for p in PHASES}
-            for side, m in medians.items():
-                ratio = m["step"] / medians["before"]["step"] if "before" in medians else float("nan")
-                print(f"{task_name:<14}{attn:<10}{side:<8}" + "".join(f"{m[p]:>10.1f}" for p in PHASES)
-                      + f"{100 * m['data'] / m['step']:>7.1f}%{ratio:>15.2f}")
+                m = medians[(attn, side)]
+                ratio = m["step"] / medians[(attn, "before")]["step"] if "before" in sides else float("nan")
+                softmax = medians.get(("softmax", side))
+                relative = m["step"] / softmax["step"] if softmax else float("nan")
+                print(f"{task_name:<14}{attn:<15}{side:<8}" + "".join(f"{m[p]:>10.1f}" for p in PHASES)
+                      + f"{100 * m['data'] / m['step']:>7.1f}%{ratio:>15.2f}{relative:>16.2f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"load_before": os.getloadavg(), "sides": labels, "rows": rows},
                                         indent=1) + "\n")
+
+
+def _medians(rows: list[dict[str, Any]], task_name: str, attn: str, side: str) -> dict[str, float]:
+    """Per phase, the median over the repeats of one (task, backend, side)."""
+    mine = [r for r in rows if r["side"] == side and r["task"] == task_name and r["attn"] == attn]
+    return {p: statistics.median(r[p] for r in mine) for p in PHASES}
 
 
 if __name__ == "__main__":
