@@ -125,11 +125,17 @@ def sample_command(
 
 
 @app.command("attns")
-def attns_command() -> None:
-    """List the attention backends (a plugin's with its package and version) and the position schemes."""
+def attns_command(
+    describe: str | None = typer.Option(None, "--describe", help="Show one backend's options in detail."),
+) -> None:
+    """List the attention backends (a plugin's with its package and version) and the position
+    schemes, or describe one backend (its options, their defaults and what they do)."""
     from lengthgen.attention import ATTENTION
     from lengthgen.attention.positions import POSITION_SCHEMES
 
+    if describe is not None:
+        _print(output.backend_lines(describe, ATTENTION.get(describe)))
+        return
     width = max([len(e.name) for e in ATTENTION.entries()] + [len(n) for n in POSITION_SCHEMES])
     _print(["attention backends (--attn):",
             *output.listing(ATTENTION, indent="  ", width=width, packages=True), "position schemes (--pos):",

@@ -104,6 +104,21 @@ def listing(registry: Registry[Any], *, indent: str = "", width: int | None = No
     return lines
 
 
+def backend_lines(name: str, backend: type) -> list[str]:
+    """``lengthgen attns --describe``: the description, the package, and every option (set with
+    ``--attn-option key=value``) with its default and what it does."""
+    from lengthgen.provenance import package_of
+
+    package = package_of(backend)
+    lines = [f"{name}: {backend.description}" + (f" [{package}]" if package else ""),
+             "  options (set with --attn-option key=value):"]
+    fields = backend.Options.model_fields
+    for field_name, field in fields.items():
+        doc = f"  {field.description}" if field.description else ""
+        lines.append(f"    {field_name} = {field.get_default(call_default_factory=True)!r}{doc}")
+    return lines if fields else [*lines, "    (none)"]
+
+
 def task_lines(task: Task) -> list[str]:
     """``lengthgen tasks --describe``: parameters, defaults, vocabulary and an example."""
     info = task.describe()

@@ -253,6 +253,25 @@ def test_example_distribution_discovered() -> None:
     assert code == 0 and any(line.split()[0] == "relu2" for line in out.splitlines() if line.strip())
     code, out = invoke(["tasks"])
     assert code == 0 and any(line.startswith("parity ") for line in out.splitlines())
+    code, out = invoke(["attns", "--describe", "relu2"])  # a plugin's options, as its Options define them
+    assert code == 0 and out.splitlines()[0].startswith("relu2: ") and "[lengthgen-example-plugin " in out
+    assert "    margin = 1.0  keys more than this below the row max get weight 0" in out.splitlines()
+
+
+def test_attns_describe_lists_each_option_with_its_default() -> None:
+    """Every field of a backend's Options, in order, with its default and description; a backend
+    without options says so; an unknown name is the registry's one-line error (exit 2)."""
+    from lengthgen.attention import ATTENTION
+
+    code, out = invoke(["attns", "--describe", "asentmax"])
+    fields = ATTENTION.get("asentmax").Options.model_fields
+    listed = [line.split(" = ")[0].strip() for line in out.splitlines()[2:]]
+    assert code == 0 and listed == list(fields) and "    alpha = 1.5  entmax" in out
+    code, out = invoke(["attns", "--describe", "softmax"])
+    assert code == 0 and out.splitlines()[1:] == ["  options (set with --attn-option key=value):",
+                                                  "    (none)"]
+    code, out = invoke(["attns", "--describe", "nosuch"])
+    assert code == 2 and "valid attention backends: " in out and "softmax" in out
 
 
 @needs_example
