@@ -175,3 +175,17 @@ def test_open_gates_are_softmax_without_forgetting_and_keep_published_run_ids() 
     ablated = build_run_config("max_retrieval", "fox", pos="nope", preset="paper-tasks", seed=0,
                                attn_options={"gates": "open"})
     assert ablated.attn_options == {"gates": "open"} and ablated.config_hash() != plain.config_hash()
+
+
+def test_a_built_model_has_the_same_gates_whatever_the_global_generator_held() -> None:
+    """``harness.run.build`` seeds the generator FoX's gates are drawn from: two builds of one config
+    are the same model, as a run, a benchmark and ``same_numerics.py`` need."""
+    from lengthgen.config import build_run_config
+    from lengthgen.harness.run import build
+
+    config = build_run_config("max_retrieval", "fox", pos="nope", preset="paper-tasks", seed=1)
+    first = build(config)[1].state_dict()
+    torch.manual_seed(12345)
+    torch.rand(7)
+    second = build(config)[1].state_dict()
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)

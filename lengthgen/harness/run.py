@@ -44,7 +44,11 @@ from lengthgen.tasks.base import Task
 
 
 def build(config: RunConfig) -> tuple[Task, Transformer]:
+    """The task and the untrained model of ``config``: the same weights in every process. The model
+    draws its own layers from a private generator; a plugin backend's parameters (FoX's gates) come
+    from torch's global one, seeded here with the run's seed, so every caller gets them alike."""
     task = get_task(config.task, **config.task_params)
+    torch.manual_seed(config.seed)
     return task, Transformer(config.model(task.vocab.size), seed=config.seed)
 
 
@@ -154,7 +158,6 @@ def _train_and_evaluate(
     config: RunConfig, run_dir: Path, base: dict[str, Any], device: torch.device, progress: Shown,
     on_length: Callable[[LengthResult], None] | None, tracker: Tracker,
 ) -> pd.DataFrame:
-    torch.manual_seed(config.seed)  # only for anything a plugin draws from the global RNG
     state_path = run_dir / STATE_FILE
     if not state_path.is_file() and (run_dir / "results.parquet").is_file():
         save_training_rows(run_dir, [])  # a new attempt: training rows an earlier one left are not its own
