@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -353,3 +354,41 @@ def test_a_differentiable_score_block_has_autograds_numbers_bit_for_bit(rows: st
     expected = expected.masked_fill(torch.arange(n)[None, :] > q_pos[:, None], -math.inf)
     for got_t, want in zip(got, gradients(expected, q, k), strict=True):
         assert torch.equal(got_t, want)
+
+
+@pytest.mark.parametrize("rows", ["all", "some"])
+@pytest.mark.parametrize("alibi", [False, True])
+def test_a_biased_score_block_has_autograds_numbers_bit_for_bit(rows: str, alibi: bool) -> None:
+    """With a cumulative bias (FoX's gates; ``problem._BiasedScores``): the scores and the gradients
+    of q, k and the bias increments equal autograd's for the same operations out of place (the
+    float64 differences rounded to float32), bit for bit, in training and in evaluation."""
+    from lengthgen.kernels.problem import score_block
+
+    g = torch.Generator().manual_seed(5)
+    n, scale = 31, 1 / math.sqrt(8)
+    q_pos = torch.arange(n) if rows == "all" else torch.tensor([0, 7, 30])
+    slopes = torch.tensor([0.5, 0.125, 0.0], dtype=torch.float64) if alibi else None
+    q0, k0 = torch.randn(2, 3, len(q_pos), 8, generator=g), torch.randn(2, 3, n, 8, generator=g)
+    g0 = torch.nn.functional.logsigmoid(3 * torch.randn(2, 3, n, generator=g))  # log-gates, some near 0
+    weights = torch.randn(2, 3, len(q_pos), n, generator=g)
+
+    def run(block_of: Callable[..., torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        q, k, inc = q0.clone().requires_grad_(), k0.clone().requires_grad_(), g0.clone().requires_grad_()
+        block = block_of(q, k, torch.cumsum(inc.double(), -1))
+        (torch.softmax(block, -1) * weights).sum().backward()
+        return block.detach(), q.grad, k.grad, inc.grad
+
+    def expected(q: torch.Tensor, k: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        block = torch.matmul(q, k.transpose(-1, -2)) * scale
+        if slopes is not None:
+            distance = (q_pos[:, None] - torch.arange(n)[None, :]).float()
+            block = block.addcmul(slopes.float()[:, None, None], distance, value=-1.0)
+        block = block + (c.index_select(-1, q_pos)[..., :, None] - c[..., None, :]).to(block.dtype)
+        return block.masked_fill(torch.arange(n)[None, :] > q_pos[:, None], -math.inf)
+
+    got = run(lambda q, k, c: score_block(q, k, q_pos, slopes, scale, True, c))
+    for got_t, want in zip(got, run(expected), strict=True):
+        assert torch.equal(got_t, want)
+    with torch.no_grad():
+        c = torch.cumsum(g0.double(), -1)
+        assert torch.equal(score_block(q0, k0, q_pos, slopes, scale, True, c), expected(q0, k0, c))

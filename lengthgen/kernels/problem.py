@@ -227,12 +227,17 @@ def score_block(
     """
     scores = torch.matmul(q, k.transpose(-1, -2))
     k_pos = torch.arange(k.shape[-2], device=q.device)
-    if scores.requires_grad and cumulative is None and (slopes is None or not slopes.requires_grad):
-        return _ScaledMaskedScores.apply(scores, scale, slopes, q_pos, k_pos, causal)
+    if scores.requires_grad and (slopes is None or not slopes.requires_grad):
+        if cumulative is None:
+            return _ScaledMaskedScores.apply(scores, scale, slopes, q_pos, k_pos, causal)
+        return _BiasedScores.apply(scores, cumulative, scale, slopes, q_pos, k_pos, causal)
     _scale_and_slope(scores, scale, slopes, q_pos, k_pos)
     if cumulative is not None:
-        rows = cumulative.index_select(-1, q_pos.to(cumulative.device))
-        scores = scores + (rows[..., :, None] - cumulative[..., None, :k_pos.numel()]).to(scores.dtype)
+        if scores.requires_grad:  # slopes that learn: autograd records the expression
+            rows = cumulative.index_select(-1, q_pos.to(cumulative.device))
+            scores = scores + (rows[..., :, None] - cumulative[..., None, :k_pos.numel()]).to(scores.dtype)
+        else:
+            _add_bias_differences(scores, cumulative, q_pos)
     if causal and q_pos.numel():
         # the earliest query's position bounds the masked keys; reading it on an accelerator would
         # make the host wait, so there the mask covers every key (the same scores either way). A
@@ -245,6 +250,15 @@ def score_block(
         elif first < k_pos.numel():
             scores[..., first:].masked_fill_(_future(q_pos, k_pos[first:]), float("-inf"))
     return scores
+
+
+def _add_bias_differences(scores: Tensor, cumulative: Tensor, q_pos: Tensor) -> None:
+    """scores ← scores + round(c[q_pos] − c[j]), in place: the differences taken in c's float64 and
+    rounded once to the scores' dtype as they are stored (no float64 block is kept)."""
+    rows = cumulative.index_select(-1, q_pos.to(cumulative.device))
+    bias = torch.empty_like(scores)
+    torch.sub(rows[..., :, None], cumulative[..., None, :scores.shape[-1]], out=bias)
+    scores.add_(bias)
 
 
 def _scale_and_slope(scores: Tensor, scale: float, slopes: Tensor | None, q_pos: Tensor,
@@ -284,3 +298,36 @@ class _ScaledMaskedScores(torch.autograd.Function):
         if ctx.future is None:
             return grad * ctx.scale, None, None, None, None, None
         return grad.masked_fill(ctx.future, 0.0).mul_(ctx.scale), None, None, None, None, None
+
+
+class _BiasedScores(torch.autograd.Function):
+    """:class:`_ScaledMaskedScores` with a cumulative bias c[q_pos] − c[j] added (FoX's gates),
+    differentiable in q·kᵀ and in c. The numbers are autograd's for the same expression
+    (``tests/test_engine.py`` compares them bit for bit): the float64 differences rounded once, and
+    the gradient of c as the row sums of the masked gradient in float64 minus its column sums (a
+    negation is exact, so summing and then negating is autograd's negating and then summing). What
+    it saves is the passes: no float64 score-sized block in the forward, none negated in the
+    backward, and none of autograd's copies for the in-place scale and mask."""
+
+    @staticmethod
+    def forward(ctx: Any, raw: Tensor, cumulative: Tensor, scale: float,  # type: ignore[override]
+                slopes: Tensor | None, q_pos: Tensor, k_pos: Tensor, causal: bool) -> Tensor:
+        _scale_and_slope(raw, scale, slopes, q_pos, k_pos)
+        _add_bias_differences(raw, cumulative, q_pos)
+        future = _future(q_pos, k_pos) if causal and q_pos.numel() else None
+        if future is not None:
+            raw.masked_fill_(future, float("-inf"))
+        ctx.mark_dirty(raw)
+        ctx.scale, ctx.future, ctx.c_shape = scale, future, cumulative.shape
+        ctx.save_for_backward(q_pos.to(cumulative.device))
+        return raw
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        (q_pos,) = ctx.saved_tensors
+        masked = grad if ctx.future is None else grad.masked_fill(ctx.future, 0.0)
+        wide = masked.to(torch.float64)
+        grad_c = torch.zeros(ctx.c_shape, dtype=torch.float64, device=wide.device)
+        grad_c.index_add_(-1, q_pos, wide.sum(-1))
+        grad_c[..., :wide.shape[-1]] += wide.sum(-2).neg_()
+        return masked * ctx.scale, grad_c, None, None, None, None, None
