@@ -25,7 +25,8 @@ __all__ = ["HEADLINE_CAPTION", "Standing", "headline_html", "headline_markdown",
 HEADLINE_CAPTION = (
     "Each cell: the effective length of the mean over seeds (the largest factor whose exact match stays "
     f"≥ {EFFECTIVE_THRESHOLD * 100:.0f}% at every length up to it; ≥ when even the longest tested passes), "
-    "each seed's own below it, and the paper's where it reports one; colour: the worst seed's, from red "
+    "each seed's own below it, and the paper's where it reports one; · where no run is recorded yet; "
+    "colour: the worst seed's, from red "
     "(not even 1×) to green (the longest tested length on every seed). The sentences above rank by the "
     "worst seed too."
 )
