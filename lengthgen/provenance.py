@@ -22,8 +22,9 @@ VERSION = "0.1.0"
 
 #: Bumped whenever a kernel, the model, the training loop or the evaluation changes any result.
 #: 1: rows made before this column existed (the α-entmax training path before the numba row
-#: solver, and everything older); 2: the numba Newton row solver in α-entmax training.
-NUMERICS_VERSION = 2
+#: solver, and everything older); 2: the numba Newton row solver in α-entmax training; 3: the
+#: numba row kernels in stick-breaking training (``kernels/cpu/stickbreaking_rows.py``).
+NUMERICS_VERSION = 3
 
 #: The result columns this module fills, in their order.
 COLUMNS: tuple[str, ...] = ("numpy_version", "numba_version", "git_commit", "git_dirty", "numerics_version",

@@ -269,14 +269,24 @@ def _entmax_kernel_path(run: Callable[..., tuple[Tensor, Tensor | None, Tensor |
 
 
 def _materialized_rows(normalizer: Normalizer, q: Tensor) -> Callable[[Tensor], Tensor]:
-    """What turns the materialized path's score rows into weights: for α-entmax with one α on
-    float32 CPU scores the numba row solver (``cpu/entmax_rows.py``; the torch reference sorts
-    every row), else ``normalizer.probs`` (α-entmax's without checking α again: ``attend`` did)."""
+    """What turns the materialized path's score rows into weights: on float32 CPU scores the numba
+    row kernels of α-entmax with one α (``cpu/entmax_rows.py``; the torch reference sorts every
+    row) and of stick-breaking (``cpu/stickbreaking_rows.py``; the torch definition is a dozen
+    passes), else ``normalizer.probs`` (α-entmax's without checking α again: ``attend`` did)."""
+    numba_rows = q.device.type == "cpu" and compute_dtype(q.dtype) == torch.float32
+    if isinstance(normalizer, StickBreaking) and numba_rows:
+        from lengthgen.kernels.cpu import stickbreaking_rows
+
+        reason = stickbreaking_rows.unavailable_reason()
+        if reason:
+            warn_fallback(stickbreaking_rows.KERNEL.what, reason, "torch definition")
+            return normalizer.probs
+        current = normalizer.current
+        return lambda scores: stickbreaking_rows.stick_breaking_rows(scores, current)
     if not isinstance(normalizer, Entmax):
         return normalizer.probs
     reference = partial(normalizer.probs, checked=True)
-    one_alpha = not isinstance(normalizer.alpha, Tensor)
-    if not one_alpha or q.device.type != "cpu" or compute_dtype(q.dtype) != torch.float32:
+    if isinstance(normalizer.alpha, Tensor) or not numba_rows:
         return reference
     from lengthgen.kernels.cpu import entmax_rows
 

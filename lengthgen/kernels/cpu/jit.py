@@ -26,8 +26,8 @@ except Exception as exc:  # pragma: no cover - exercised only where numba is mis
     njit = None
     NUMBA_ERROR = exc
 
-__all__ = ["CHUNK", "FASTMATH", "FASTMATH_EXACT_ORDER", "FASTMATH_WITH_NAN", "NUMBA_ERROR", "Kernel",
-           "exp_f32", "njit", "numba"]
+__all__ = ["CHUNK", "FASTMATH", "FASTMATH_EXACT_ORDER", "FASTMATH_WITH_NAN", "LOG1P_OVER_T", "NUMBA_ERROR",
+           "Kernel", "exp_f32", "log1p_unit", "njit", "numba"]
 
 # No "ninf": the kernels start reductions at −inf. "nnan" is safe because every score is finite (the
 # callers reject or route away non-finite inputs) and lets LLVM vectorize the max reductions.
@@ -41,6 +41,17 @@ FASTMATH_EXACT_ORDER = FASTMATH - {"reassoc"}
 #: Scores are scanned in chunks of this many keys; a chunk whose maximum is below a row's bound is
 #: skipped without looking at its keys.
 CHUNK = 16
+
+
+#: log(1 + t)/t on [0, 1], least squares at 4,000 Chebyshev nodes by a degree-8 polynomial (ascending
+#: powers): relative error 3e-8 in float64, 1.5e-7 evaluated in float32, without the division that
+#: log1p's atanh series needs (measured 15% less time per score).
+LOG1P_OVER_T = (
+    1.0, -0.49999502301216125, 0.33319270610809326, -0.24844369292259216,
+    0.19111430644989014, -0.13674770295619965, 0.07836166769266129,
+    -0.02958850748836994, 0.005253457929939032,
+)
+_C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8 = (np.float32(c) for c in LOG1P_OVER_T)
 
 
 class Kernel:
@@ -102,6 +113,21 @@ if numba is not None:
         p = p * r + np.float32(1.0)
         p = p * r + np.float32(1.0)
         return p * np.int32((np.int32(k) + np.int32(127)) << np.int32(23)).view(np.float32)
+
+    @njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
+    def log1p_unit(t):  # noqa: ANN001, ANN201
+        """log(1 + t) for float32 t in [0, 1], to a relative 1.5e-7 (tiny t included): ``LOG1P_OVER_T``
+        times t, branch-free so that loops calling it vectorize (the stick-breaking kernels' softplus)."""
+        p = _C8
+        p = p * t + _C7
+        p = p * t + _C6
+        p = p * t + _C5
+        p = p * t + _C4
+        p = p * t + _C3
+        p = p * t + _C2
+        p = p * t + _C1
+        p = p * t + _C0
+        return t * p
 
     @njit(cache=True, fastmath=FASTMATH, nogil=True)
     def chunk_max(s, n, sl, p_r, cm):  # noqa: ANN001, ANN201

@@ -7,7 +7,7 @@ torch a tile takes a dozen passes (softplus alone, with its log1p, costs more th
 product); here the scores come transposed, keys × rows, so that numba's loops over a key's rows
 vectorize across rows and the stick's running sum along the keys is a plain vector add. numba has
 no vector math library here, so e^x is ``jit.exp_f32`` and log(1 + t) for t = e^(−|z|) ∈ (0, 1] a
-polynomial (``LOG1P_OVER_T``): both vectorize, each within a few float32 ulps.
+polynomial (``jit.LOG1P_OVER_T``): both vectorize, each within a few float32 ulps.
 
 softplus(z) = max(z, 0) + log(1 + e^(−|z|)) and −log σ(z) = softplus(−z) = max(−z, 0) + the same
 log term, so one exponential and one logarithm give both; a second exponential gives the weight.
@@ -40,36 +40,11 @@ __all__ = ["KERNEL", "MASKED", "fused_path"]
 MASKED = -1e30
 
 
-#: log(1 + t)/t on [0, 1], least squares at 4,000 Chebyshev nodes by a degree-8 polynomial (ascending
-#: powers): relative error 3e-8 in float64, 1.5e-7 evaluated in float32, without the division that
-#: log1p's atanh series needs (measured 15% less time per score).
-LOG1P_OVER_T = (
-    1.0, -0.49999502301216125, 0.33319270610809326, -0.24844369292259216,
-    0.19111430644989014, -0.13674770295619965, 0.07836166769266129,
-    -0.02958850748836994, 0.005253457929939032,
-)
-
-
-_C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7, _C8 = (np.float32(c) for c in LOG1P_OVER_T)
 
 # The kernels live at module level, not in a closure built on first use: numba's cache keeps them
 # across processes only so (defined in a closure they compiled again in every process, 8 s).
 if jit.NUMBA_ERROR is None:
-    _exp, _njit = jit.exp_f32, jit.njit
-
-    @_njit(cache=True, fastmath=FASTMATH, nogil=True, error_model="numpy")
-    def _log1p_unit(t):  # noqa: ANN001, ANN202
-        """log(1 + t) for float32 t in [0, 1], to a relative 1.5e-7 (tiny t included)."""
-        p = _C8
-        p = p * t + _C7
-        p = p * t + _C6
-        p = p * t + _C5
-        p = p * t + _C4
-        p = p * t + _C3
-        p = p * t + _C2
-        p = p * t + _C1
-        p = p * t + _C0
-        return t * p
+    _exp, _njit, _log1p_unit = jit.exp_f32, jit.njit, jit.log1p_unit
 
     # Each loop below writes at most two arrays: LLVM vectorizes a loop only when it can check at
     # run time that its arrays do not overlap, and gives up past a handful of such checks (one loop
