@@ -23,7 +23,8 @@ VERSION = "0.1.0"
 #: Bumped whenever a kernel, the model, the training loop or the evaluation changes any result.
 #: 1: rows made before this column existed (the α-entmax training path before the numba row
 #: solver, and everything older); 2: the numba Newton row solver in α-entmax training; 3: the
-#: numba row kernels in stick-breaking training (``kernels/cpu/stickbreaking_rows.py``).
+#: numba row kernels in stick-breaking training (``kernels/cpu/stickbreaking_rows.py``) and FoX's
+#: bias gradient summed in float32 (``kernels/problem.py``).
 NUMERICS_VERSION = 3
 
 #: The result columns this module fills, in their order.

@@ -358,10 +358,11 @@ def test_a_differentiable_score_block_has_autograds_numbers_bit_for_bit(rows: st
 
 @pytest.mark.parametrize("rows", ["all", "some"])
 @pytest.mark.parametrize("alibi", [False, True])
-def test_a_biased_score_block_has_autograds_numbers_bit_for_bit(rows: str, alibi: bool) -> None:
+def test_a_biased_score_block_has_autograds_numbers(rows: str, alibi: bool) -> None:
     """With a cumulative bias (FoX's gates; ``problem._BiasedScores``): the scores and the gradients
-    of q, k and the bias increments equal autograd's for the same operations out of place (the
-    float64 differences rounded to float32), bit for bit, in training and in evaluation."""
+    of q and k equal autograd's for the same operations out of place (the float64 differences
+    rounded to float32), bit for bit, in training and in evaluation; the bias increments' gradient,
+    whose sums run in float32, equals autograd's (float64 sums) to 1e-6 of its largest entry."""
     from lengthgen.kernels.problem import score_block
 
     g = torch.Generator().manual_seed(5)
@@ -387,8 +388,10 @@ def test_a_biased_score_block_has_autograds_numbers_bit_for_bit(rows: str, alibi
         return block.masked_fill(torch.arange(n)[None, :] > q_pos[:, None], -math.inf)
 
     got = run(lambda q, k, c: score_block(q, k, q_pos, slopes, scale, True, c))
-    for got_t, want in zip(got, run(expected), strict=True):
-        assert torch.equal(got_t, want)
+    want = run(expected)
+    for got_t, want_t in zip(got[:3], want[:3], strict=True):
+        assert torch.equal(got_t, want_t)
+    assert float((got[3] - want[3]).abs().max()) <= 1e-6 * float(want[3].abs().max())
     with torch.no_grad():
         c = torch.cumsum(g0.double(), -1)
         assert torch.equal(score_block(q0, k0, q_pos, slopes, scale, True, c), expected(q0, k0, c))

@@ -302,12 +302,14 @@ class _ScaledMaskedScores(torch.autograd.Function):
 
 class _BiasedScores(torch.autograd.Function):
     """:class:`_ScaledMaskedScores` with a cumulative bias c[q_pos] − c[j] added (FoX's gates),
-    differentiable in q·kᵀ and in c. The numbers are autograd's for the same expression
-    (``tests/test_engine.py`` compares them bit for bit): the float64 differences rounded once, and
-    the gradient of c as the row sums of the masked gradient in float64 minus its column sums (a
-    negation is exact, so summing and then negating is autograd's negating and then summing). What
-    it saves is the passes: no float64 score-sized block in the forward, none negated in the
-    backward, and none of autograd's copies for the in-place scale and mask."""
+    differentiable in q·kᵀ and in c. The forward's numbers are autograd's for the same expression
+    (the float64 differences rounded once to the scores' dtype). The gradient of c is the row sums
+    of the masked score gradient minus its column sums, summed in the gradient's own dtype and then
+    widened: autograd would widen the whole block to float64 first, a score-sized copy that took
+    most of this backward's time, for sums of at most a few hundred terms that float32 holds to
+    1e-6 (numerics version 3; ``tests/test_engine.py`` checks them against float64). What it saves
+    is the passes: no float64 score-sized block either way, and none of autograd's copies for the
+    in-place scale and mask."""
 
     @staticmethod
     def forward(ctx: Any, raw: Tensor, cumulative: Tensor, scale: float,  # type: ignore[override]
@@ -326,8 +328,8 @@ class _BiasedScores(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         (q_pos,) = ctx.saved_tensors
         masked = grad if ctx.future is None else grad.masked_fill(ctx.future, 0.0)
-        wide = masked.to(torch.float64)
-        grad_c = torch.zeros(ctx.c_shape, dtype=torch.float64, device=wide.device)
-        grad_c.index_add_(-1, q_pos, wide.sum(-1))
-        grad_c[..., :wide.shape[-1]] += wide.sum(-2).neg_()
-        return masked * ctx.scale, grad_c, None, None, None, None, None
+        grad_c = torch.zeros(ctx.c_shape, dtype=torch.float64, device=masked.device)
+        grad_c.index_add_(-1, q_pos, masked.sum(-1).double())
+        grad_c[..., :masked.shape[-1]] -= masked.sum(-2).double()
+        grad_scores = masked * ctx.scale if ctx.future is None else masked.mul_(ctx.scale)
+        return grad_scores, grad_c, None, None, None, None, None
