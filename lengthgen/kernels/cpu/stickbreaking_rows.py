@@ -45,9 +45,12 @@ if numba is not None:
     _exp, _log1p_unit = jit.exp_f32, jit.log1p_unit
 
     @njit(cache=True, fastmath=FASTMATH_WITH_NAN, nogil=True, error_model="numpy")
-    def _breaking(row, leftover):  # noqa: ANN001, ANN202
-        """(last visible key, number of keys that break the stick): the keys before the last one
-        that can see it with ``leftover``, through it without; (−1, 0) for a row that sees none."""
+    def _open_row(row, out, leftover):  # noqa: ANN001, ANN202
+        """Zero the output row; return (last visible key, number of keys that break the stick): the
+        keys before the last one it sees with ``leftover``, through it without; (−1, 0) for a row
+        that sees none."""
+        for j in range(out.shape[0]):
+            out[j] = 0.0
         last = -1
         for j in range(row.shape[0] - 1, -1, -1):
             if row[j] > -np.inf:
@@ -83,9 +86,7 @@ if numba is not None:
         log_w = np.empty(n, np.float32)
         for r in range(R):
             row, out = z[r], w[r]
-            for j in range(n):
-                out[j] = 0.0
-            last, m = _breaking(row, leftover)
+            last, m = _open_row(row, out, leftover)
             if last < 0:
                 continue
             _logs(row, m, keep, log_w)
@@ -125,9 +126,7 @@ if numba is not None:
         farther = np.empty(n, np.float32)
         for r in range(R):
             row, out = z[r], dz[r]
-            for j in range(n):
-                out[j] = 0.0
-            last, m = _breaking(row, leftover)
+            last, m = _open_row(row, out, leftover)
             if last < 0:
                 continue
             _products(g[r], w[r], m, gw)
