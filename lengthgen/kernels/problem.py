@@ -306,8 +306,9 @@ class _BiasedScores(torch.autograd.Function):
     (the float64 differences rounded once to the scores' dtype). The gradient of c is the row sums
     of the masked score gradient minus its column sums, summed in the gradient's own dtype and then
     widened: autograd would widen the whole block to float64 first, a score-sized copy that took
-    most of this backward's time, for sums of at most a few hundred terms that float32 holds to
-    1e-6 (numerics version 3; ``tests/test_engine.py`` checks them against float64). What it saves
+    most of this backward's time, for sums of one row or column of the block (a training length's
+    terms, a few hundred here, which float32 holds to about 1e-6; numerics version 3;
+    ``tests/test_engine.py`` checks them against float64 sums). What it saves
     is the passes: no float64 score-sized block either way, and none of autograd's copies for the
     in-place scale and mask."""
 
