@@ -277,7 +277,7 @@ def _materialized_rows(normalizer: Normalizer, q: Tensor) -> Callable[[Tensor], 
     if isinstance(normalizer, StickBreaking) and numba_rows:
         from lengthgen.kernels.cpu import stickbreaking_rows
 
-        reason = stickbreaking_rows.unavailable_reason()
+        reason = stickbreaking_rows.KERNEL.unavailable_reason()
         if reason:
             warn_fallback(stickbreaking_rows.KERNEL.what, reason, "torch definition")
             return normalizer.probs

@@ -36,7 +36,7 @@ from lengthgen.functional.stickbreaking import Current, stick_breaking
 from lengthgen.kernels.cpu import jit
 from lengthgen.kernels.cpu.jit import FASTMATH_WITH_NAN, Kernel, njit, numba
 
-__all__ = ["BACKWARD", "KERNEL", "stick_breaking_rows"]
+__all__ = ["KERNEL", "stick_breaking_rows"]
 
 #: A weight whose log is at or below this is 0: float32's e^x is below its smallest normal there.
 _ZERO_BELOW = np.float32(-87.0)
@@ -137,45 +137,29 @@ if numba is not None:
             _score_gradient(row, gw, farther, m, out)
 
 
-def _reference_rows(z: np.ndarray, current: Current) -> np.ndarray:
-    """The definition in float64 (for the self-tests)."""
-    return stick_breaking(torch.from_numpy(z).double(), current).numpy()
-
-
-def _check(kernel: Any) -> None:
-    """Two rows against the float64 definition, both ways of treating the own token: keys 1, −2,
-    0.5 before the own token and one masked key; a row that sees only its own token."""
-    z = np.array([[1.0, -2.0, 0.5, 7.0, -np.inf], [-np.inf, -np.inf, 3.0, -np.inf, -np.inf]], np.float32)
-    for current in ("leftover", "key"):
-        w = np.empty_like(z)
-        kernel(z, current == "leftover", w)
-        if not np.allclose(w, _reference_rows(z, current), atol=1e-6):
-            raise RuntimeError(f"stick-breaking row self-test ({current}) gave {w.tolist()}")
-
-
-#: The forward row kernel, compiled and checked on first use.
-KERNEL = Kernel("the CPU stick-breaking row kernel",
-                lambda: _forward_rows if numba is not None else None, _check)
-
-
-def _check_backward(kernel: Any) -> None:
-    """∂L/∂z on one row against autograd through the float64 definition, both ways."""
-    z = torch.tensor([[1.0, -2.0, 0.5, -np.inf, 7.0, -np.inf]], dtype=torch.float32)
-    g = torch.tensor([[0.5, -1.0, 2.0, 3.0, 1.5, -4.0]], dtype=torch.float32)
+def _check(kernels: Any) -> None:
+    """Both passes against the float64 definition, both ways of treating the own token: weights of
+    a row with keys 1, −2, 0.5 before its own token and a masked key, and of a row that sees only
+    its own token; ∂L/∂z of a row with a masked key inside it against autograd."""
+    forward, backward = kernels
+    inf = np.inf
+    z = torch.tensor([[1.0, -2.0, 0.5, -inf, 7.0, -inf], [-inf, -inf, 3.0, -inf, -inf, -inf]])
+    g = torch.tensor([[0.5, -1.0, 2.0, 3.0, 1.5, -4.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
     for current in ("leftover", "key"):
         with torch.enable_grad():  # first use may come inside a backward, where grad mode is off
             z64 = z.double().requires_grad_()
             w64 = stick_breaking(z64, current)
             (want,) = torch.autograd.grad(w64, z64, g.double())
-        dz = np.empty((1, 6), np.float32)
-        kernel(z.numpy(), w64.detach().float().numpy(), g.numpy(), current == "leftover", dz)
-        if not np.allclose(dz, want.numpy(), atol=1e-6):
-            raise RuntimeError(f"stick-breaking row backward self-test ({current}) gave {dz.tolist()}")
+        w, dz = np.empty((2, 6), np.float32), np.empty((2, 6), np.float32)
+        forward(z.numpy(), current == "leftover", w)
+        backward(z.numpy(), w64.detach().float().numpy(), g.numpy(), current == "leftover", dz)
+        if not (np.allclose(w, w64.detach().numpy(), atol=1e-6) and np.allclose(dz, want.numpy(), atol=1e-6)):
+            raise RuntimeError(f"stick-breaking row self-test ({current}) gave {w.tolist()}, {dz.tolist()}")
 
 
-#: The backward row kernel, compiled and checked on first use.
-BACKWARD = Kernel("the CPU stick-breaking row backward",
-                  lambda: _backward_rows if numba is not None else None, _check_backward)
+#: The forward and backward row kernels, compiled and checked together on first use.
+KERNEL = Kernel("the CPU stick-breaking row kernels",
+                lambda: (_forward_rows, _backward_rows) if numba is not None else None, _check)
 
 
 class _RowStickBreaking(torch.autograd.Function):
@@ -184,7 +168,7 @@ class _RowStickBreaking(torch.autograd.Function):
         flat = z.detach().contiguous().view(-1, z.shape[-1])
         w = torch.empty_like(flat)
         if flat.numel():
-            KERNEL.get()(flat.numpy(), current == "leftover", w.numpy())
+            KERNEL.get()[0](flat.numpy(), current == "leftover", w.numpy())
         w = w.view(z.shape)
         ctx.current = current
         ctx.save_for_backward(flat, w)
@@ -196,14 +180,9 @@ class _RowStickBreaking(torch.autograd.Function):
         g = grad.contiguous().view(flat.shape)
         dz = torch.empty_like(flat)
         if flat.numel():
-            BACKWARD.get()(flat.numpy(), w.view(flat.shape).numpy(), g.numpy(), ctx.current == "leftover",
+            KERNEL.get()[1](flat.numpy(), w.view(flat.shape).numpy(), g.numpy(), ctx.current == "leftover",
                            dz.numpy())
         return dz.view(w.shape), None
-
-
-def unavailable_reason() -> str:
-    """Why the row kernels cannot run ('' when both can)."""
-    return KERNEL.unavailable_reason() or BACKWARD.unavailable_reason()
 
 
 def stick_breaking_rows(z: Tensor, current: Current) -> Tensor:
