@@ -74,15 +74,22 @@ def data_commit(path: str | os.PathLike[str]) -> str:
     return f"{commit} + uncommitted changes" if dirty else commit
 
 
+#: The checkout's own plugin distributions (the FoX and stick-breaking baselines, the example
+#: plugin): their code makes rows as the package's does, so a change to it makes a row dirty too.
+PLUGIN_FOLDERS = ("baselines", "examples")
+
+
 @functools.cache
 def checkout() -> tuple[str | None, bool | None]:
-    """(commit, dirty) of the git checkout the package runs from; (None, None) outside one."""
+    """(commit, dirty) of the git checkout the package runs from, dirty when the package or the
+    checkout's plugin distributions have uncommitted changes; (None, None) outside one."""
     package = Path(__file__).resolve().parent
     top = git(package, "rev-parse", "--show-toplevel")
     if not top or not (Path(top) / "pyproject.toml").is_file():
         return None, None  # an installed copy, or a folder inside some other repository
+    code = [package, *(p for p in (Path(top) / name for name in PLUGIN_FOLDERS) if p.is_dir())]
     commit = git(package, "rev-parse", "HEAD")
-    status = git(package, "status", "--porcelain", "--untracked-files=no", "--", str(package))
+    status = git(package, "status", "--porcelain", "--untracked-files=no", "--", *map(str, code))
     return commit or None, None if status is None else bool(status)
 
 

@@ -34,7 +34,34 @@ def in_checkout() -> None:
 def test_the_checkout_is_git_s_view_of_it(in_checkout: None) -> None:
     commit, dirty = provenance.checkout()
     assert commit == _git("rev-parse", "HEAD")
-    assert dirty == bool(_git("status", "--porcelain", "--untracked-files=no", "--", "lengthgen"))
+    assert dirty == bool(_git("status", "--porcelain", "--untracked-files=no", "--", "lengthgen", "baselines",
+                              "examples"))
+
+
+def test_a_change_to_the_checkout_s_plugins_makes_it_dirty(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: only the package folder was checked, so a FoX row made with an edited baselines/
+    recorded a clean commit. Data elsewhere in the checkout (a campaign's results) stays clean."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       capture_output=True, check=True)
+
+    for name in ("pyproject.toml", "lengthgen/provenance.py", "baselines/src/fox.py", "leaderboard/data.csv"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "c")
+    monkeypatch.setattr(provenance, "__file__", str(tmp_path / "lengthgen" / "provenance.py"))
+    provenance.checkout.cache_clear()
+    try:
+        (tmp_path / "leaderboard/data.csv").write_text("y\n")
+        assert provenance.checkout()[1] is False
+        provenance.checkout.cache_clear()
+        (tmp_path / "baselines/src/fox.py").write_text("y\n")
+        assert provenance.checkout()[1] is True
+    finally:
+        provenance.checkout.cache_clear()
 
 
 def test_a_run_records_the_code_that_made_it(tmp_path: Path, in_checkout: None) -> None:

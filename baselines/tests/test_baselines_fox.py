@@ -177,6 +177,34 @@ def test_open_gates_are_softmax_without_forgetting_and_keep_published_run_ids() 
     assert ablated.attn_options == {"gates": "open"} and ablated.config_hash() != plain.config_hash()
 
 
+def test_opening_from_a_layer_keeps_the_gates_below_it() -> None:
+    """``open_from_layer=1``: layer 0 keeps its learned gates (a model without position embedding may
+    read positions from them), layer 1 and above forget nothing; it needs ``gates="open"``, and a
+    run's config records it only when set."""
+    from lengthgen.config import build_run_config
+    from lengthgen.errors import UserError
+
+    options = ForgettingAttention.Options(gates="open", open_from_layer=1)
+    x = inputs(12)[3]
+    for index, kept in ((0, True), (1, False), (2, False)):
+        torch.manual_seed(0)
+        layer = ForgettingAttention(LayerSpec(n_heads=H, d_model=H * D, d_head=D, layer_index=index), options)
+        with torch.no_grad():
+            bias = layer.cumulative_bias(x)
+            assert (bias is not None) == kept
+            if kept:  # the learned gates, unchanged: log σ(w·x + b) per head and token
+                want = torch.nn.functional.logsigmoid(layer.gate(x)).transpose(1, 2)
+                assert torch.equal(bias, want)
+    with pytest.raises(ValueError, match="only with gates=open"):
+        ForgettingAttention.Options(open_from_layer=1)
+    with pytest.raises(UserError, match="open_from_layer"):
+        build_run_config("mqmtar", "fox", pos="nope", preset="paper-tasks", seed=0,
+                         attn_options={"open_from_layer": 1})
+    config = build_run_config("mqmtar", "fox", pos="nope", preset="paper-tasks", seed=0,
+                              attn_options={"gates": "open", "open_from_layer": 1})
+    assert config.attn_options == {"gates": "open", "open_from_layer": 1}
+
+
 def test_a_built_model_has_the_same_gates_whatever_the_global_generator_held() -> None:
     """``harness.run.build`` seeds the generator FoX's gates are drawn from: two builds of one config
     are the same model, as a run, a benchmark and ``same_numerics.py`` need."""

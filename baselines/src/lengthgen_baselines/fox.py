@@ -9,7 +9,10 @@ f = e^(−slope). The gate is initialised as FoX's code initialises its ``fgate_
 basic FoX layer, without the "Pro" block's output gate, QK-norm or key/value shifts.
 
 The option ``gates="open"`` sets every gate to 1 (no forgetting: softmax with no position signal) in
-a model trained with them, to test at evaluation what the forgetting does at a length.
+a model trained with them, to test at evaluation what the forgetting does at a length;
+``open_from_layer=L`` opens only the gates of layer L and the layers above it, so that lower layers
+whose gates are the model's only position signal keep them while the upper layers' retrieval does
+not forget.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from lengthgen.api import AttentionBackend, BackendOptions, LayerSpec, Normalizer, SoftmaxRows
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 #: FoX's ``initializer_range``: the standard deviation of the gate's weights.
@@ -27,9 +30,17 @@ GATE_WEIGHT_STD = 0.02
 
 
 class ForgettingOptions(BackendOptions):
-    LATE = ("gates",)  # added after runs were published: recorded only when set
+    LATE = ("gates", "open_from_layer")  # added after runs were published: recorded only when set
     gates: Literal["learned", "open"] = Field(
         "learned", description="the forget gates as learned, or all open (f = 1, no forgetting: an ablation)")
+    open_from_layer: int = Field(
+        0, ge=0, description="with gates=open: open only the gates of this layer and above (0: every layer)")
+
+    @model_validator(mode="after")
+    def _opening_needs_open_gates(self) -> ForgettingOptions:
+        if self.open_from_layer and self.gates != "open":
+            raise ValueError("open_from_layer applies only with gates=open")
+        return self
 
 
 class ForgettingAttention(AttentionBackend):
@@ -54,8 +65,8 @@ class ForgettingAttention(AttentionBackend):
 
     def cumulative_bias(self, x: torch.Tensor) -> torch.Tensor | None:
         """log f_t (B, H, N), from gate logits in at least float32 (as FoX computes them under autocast);
-        None with the gates open."""
-        if self.options.gates == "open":
+        None where the gates are open."""
+        if self.options.gates == "open" and self.spec.layer_index >= self.options.open_from_layer:
             return None
         logits = self.gate(x)
         return F.logsigmoid(logits.to(torch.promote_types(logits.dtype, torch.float32))).transpose(1, 2)
