@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--page", type=Path, default=Path("leaderboard/leaderboard.html"))
     parser.add_argument("--out", type=Path, default=Path("docs"))
     args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
     driver = browser()
     try:
         for width, height in SCREENS:
@@ -67,7 +68,8 @@ def main() -> None:
             driver.set_window_size(2 * width - inner[0], 2 * height - inner[1])
             driver.get(args.page.resolve().as_uri())
             target = args.out / f"board-{width}.png"
-            driver.save_screenshot(str(target))
+            if not driver.save_screenshot(str(target)):  # selenium returns False, it does not raise
+                raise SystemExit(f"could not write {target}")
             tall = driver.execute_script("return document.documentElement.scrollHeight")
             wide = overflowing(driver)
             print(f"{width} px: {target} ({tall} px tall); {len(wide)} table boxes scroll sideways")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -140,6 +141,20 @@ def test_the_report_lands_where_it_is_told(folder: Path, tmp_path: Path,
     refused = runner.invoke(app, ["verify", str(folder), "--report", str(readme)])
     assert refused.exit_code == 2 and "is a file that is not a verify report" in refused.output
     assert readme.read_text(encoding="utf-8") == "# mine\n" and "✓" not in refused.output  # nothing trained
+
+
+def test_the_html_page_shows_the_verification_s_first_clause_and_folds_the_rest(folder: Path) -> None:
+    """The README keeps the whole line; the HTML page keeps its first screen for the answer: the
+    data line, then "k of n runs re-derived …" as a folded element holding the other clauses."""
+    code, _, _ = run_verify(folder)
+    line = page_line(folder)
+    html = (folder.parent / "page" / "leaderboard.html").read_text(encoding="utf-8")
+    shown = re.search(r'<p class="meta">(.*?)</p>', html)
+    folded = re.search(r'<details class="meta" id="verified"><summary>(.*?)</summary><ul>(.*?)</ul>', html)
+    assert code == 0 and "re-derived" in line and "rows here are rows it checked" in line
+    assert shown and "Data as of" in shown[1] and "re-derived" not in shown[1]
+    assert folded and folded[1].startswith("2 of 2 runs re-derived from their recorded configs")
+    assert "rows here are rows it checked" in folded[2]
 
 
 # -- 5, 43.4: the page's claim follows the data --------------------------------------------------------

@@ -50,6 +50,7 @@ table.headline th[scope=row]{text-align:left;background:#f7f7f7}
 .hm-main{display:block;font-weight:700;font-size:15px}.hm-seeds,.hm-paper{display:block;font-size:11px;color:#333}
 .hm-paper{font-style:italic;color:#555}.hm-none{color:#999}
 details{margin:.8em 0}details>summary{cursor:pointer;font-weight:600}summary>h3{display:inline}
+details.meta>summary{font-weight:400}details.meta ul{margin:.3em 0}
 @media (max-width:600px){body{margin:.6em auto;padding:0 .6em}table{font-size:12px}
 table.headline td{min-width:5.6em;padding:3px 4px}.hm-main{font-size:13px}
 .hm-seeds,.hm-paper{font-size:10px}}"""
@@ -176,14 +177,22 @@ def folded(summary: str, blocks: Sequence[str], anchor: str = "") -> str:
 
 
 def page(*, title: str, meta: str, links: Sequence[tuple[str, str]], intro: Sequence[str],
-         summary: str, sections: Sequence[Section], tail: Sequence[str], lead: Sequence[str] = ()) -> str:
+         summary: str, sections: Sequence[Section], tail: Sequence[str], lead: Sequence[str] = (),
+         meta_folded: Sequence[str] = ()) -> str:
     """The whole document. ``lead`` (the first screen: the answer), ``intro`` and ``tail`` are
-    HTML blocks; ``meta`` is text with Markdown code spans, as the README shows it."""
+    HTML blocks; ``meta`` is text with Markdown code spans, as the README shows it; ``meta_folded``
+    (the verification's clauses) shows its first clause under it and folds the others, so that on a
+    phone the answer is not a screen away."""
     e = html.escape
     link_html = " · ".join(f'<a href="{_attr(href)}">{e(text)}</a>' for text, href in links)
     nav = " ".join(f'<a href="#{_attr(s.anchor)}">{e(s.title)}</a>' for s in sections)
-    body = [f"<h1>{e(title)}</h1>", f'<p class="meta">{code_spans(meta)} · {link_html}</p>', *lead,
-            f"<nav>Tasks: {nav}</nav>", *intro, summary]
+    head = [f"<h1>{e(title)}</h1>", f'<p class="meta">{code_spans(meta)} · {link_html}</p>']
+    if meta_folded:
+        first, *rest = meta_folded
+        items = "".join(f"<li>{code_spans(clause)}</li>" for clause in rest)
+        head.append(f'<details class="meta" id="verified"><summary>{code_spans(first)}</summary>'
+                    + (f"<ul>{items}</ul>" if items else "") + "</details>")
+    body = [*head, *lead, f"<nav>Tasks: {nav}</nav>", *intro, summary]
     for s in sections:
         body.append(f'<section id="{_attr(s.anchor)}"><h2>{e(s.title)}</h2>')
         body.extend(s.blocks)

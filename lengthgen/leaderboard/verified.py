@@ -108,37 +108,43 @@ def _runs(count: int) -> str:
     return f"{count} run{'' if count == 1 else 's'}"
 
 
-def verification_line(report: dict[str, Any] | None, rows: pd.DataFrame) -> str | None:
+def verification_clauses(report: dict[str, Any] | None, rows: pd.DataFrame) -> list[str] | None:
     """"k of n runs re-derived from their recorded configs with identical rows (m of r rows) on DATE
-    at COMMIT", then what the verification no longer covers (runs checked on rows that have changed
-    or grown since) and what the data gained since it was verified; None when the report covers no
-    run of ``rows``."""
+    at COMMIT", then one clause for each thing the verification no longer covers (runs checked on
+    rows that have changed or grown since) and for what the data gained since it was verified; None
+    when the report covers no run of ``rows``. The page shows the first clause and folds the others."""
     found = coverage(report, rows)
     if found is None:
         return None
-    line = (f"{len(found.rederived)} of {found.runs} runs re-derived from their recorded configs with "
-            f"identical rows (`lengthgen verify`, on {', '.join(sorted(found.dates))} at commit "
-            f"{', '.join(sorted(found.commits))}); {found.covered_rows} of the {found.rows} evaluated rows "
-            "here are rows it checked")
+    clauses = [f"{len(found.rederived)} of {found.runs} runs re-derived from their recorded configs with "
+               f"identical rows (`lengthgen verify`, on {', '.join(sorted(found.dates))} at commit "
+               f"{', '.join(sorted(found.commits))})",
+               f"{found.covered_rows} of the {found.rows} evaluated rows here are rows it checked"]
     if found.extended:
         grown = [f"{run}, {before} → {now} rows" for run, before, now in found.extended]
-        line += (f"; {_runs(len(found.extended))} extended since ({_named(grown)}): its checked rows are "
-                 "unchanged, the newer ones not re-derived")
+        clauses.append(f"{_runs(len(found.extended))} extended since ({_named(grown)}): its checked rows are "
+                       "unchanged, the newer ones not re-derived")
     if found.changed:
-        line += (f"; {_runs(len(found.changed))} whose rows changed after the check, so no longer covered: "
-                 f"{_named(found.changed)}")
+        clauses.append(f"{_runs(len(found.changed))} whose rows changed after the check, so no longer "
+                       f"covered: {_named(found.changed)}")
     if found.failed:
-        line += f"; {len(found.failed)} did not match: " + "; ".join(
-            f"{run} ({detail})" for run, detail in found.failed[:NAMED])
+        clauses.append(f"{len(found.failed)} did not match: " + ", ".join(
+            f"{run} ({detail})" for run, detail in found.failed[:NAMED]))
     if found.unnamed:
-        line += (f"; {_runs(len(found.unnamed))} checked by a report that does not name the rows it "
-                 "checked, so not counted")
+        clauses.append(f"{_runs(len(found.unnamed))} checked by a report that does not name the rows it "
+                       "checked, so not counted")
     if found.warned:
-        line += f"; {found.warned} within the tolerance for other library versions or processors"
+        clauses.append(f"{found.warned} within the tolerance for other library versions or processors")
     if found.added or found.grown:
-        line += (f"; since the verified data (data commit {found.data_commit}, {_runs(found.held)}), "
-                 f"{_runs(found.added)} added and {_runs(found.grown)} evaluated at more lengths")
+        clauses.append(f"since the verified data (data commit {found.data_commit}, {_runs(found.held)}), "
+                       f"{_runs(found.added)} added and {_runs(found.grown)} evaluated at more lengths")
     variant = rows["eval_variant"].fillna("").astype(str) != "" if "eval_variant" in rows else None
     if variant is not None and variant.any():
-        line += f"; rows of evaluation variants ({int(variant.sum())}) are not re-derived"
-    return line
+        clauses.append(f"rows of evaluation variants ({int(variant.sum())}) are not re-derived")
+    return clauses
+
+
+def verification_line(report: dict[str, Any] | None, rows: pd.DataFrame) -> str | None:
+    """The clauses of :func:`verification_clauses` as one line (the README's and a table cell's)."""
+    clauses = verification_clauses(report, rows)
+    return None if clauses is None else "; ".join(clauses)

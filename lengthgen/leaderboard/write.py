@@ -61,7 +61,7 @@ from lengthgen.leaderboard.selection import PREDATES, TIE_BREAK, ScreeningProgre
 from lengthgen.leaderboard.sources import Source, conflict_lines, source_column, sources_table
 from lengthgen.leaderboard.stats import EFFECTIVE_THRESHOLD, LEARNED_THRESHOLD
 from lengthgen.leaderboard.tables import csv_bytes, markdown, md_prose, md_text
-from lengthgen.leaderboard.verified import verification_line
+from lengthgen.leaderboard.verified import verification_clauses
 from lengthgen.leaderboard.views import (
     comparison_table,
     effective_table,
@@ -174,7 +174,7 @@ def _ablation_html(ablation: Ablation) -> list[str]:
 def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR", out_name: str = "OUT",
            hardware: str | None = None, commit: str = UNKNOWN_COMMIT, data_link: str = "data/",
            ablations: Sequence[Ablation] = (), ablations_source: str | None = None,
-           plan: str | None = None, plan_rule: str | None = None, verified: str | None = None,
+           plan: str | None = None, plan_rule: str | None = None, verified: Sequence[str] | None = None,
            latex: bool = False, sources: Sequence[Source] = (), reasons: Sequence[CellReason] | None = None,
            numerics: Mapping[str, str] | None = None,
            screening: ScreeningProgress | None = None, budget: StudySource | None = None) -> Rendered:
@@ -194,10 +194,11 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
     tasks = sorted(rows["task"].dropna().unique())
     files: dict[str, bytes] = {}
     conflicts = conflict_lines(sources)
-    meta = (f"Data as of {data_date(rows)} (newest run), data commit {commit}; {len(rows)} result rows, "
-            f"{rows['run_id'].nunique()} runs" + (f"; {verified}" if verified else "")
-            + (f"; ⚠ {len(conflicts)} run{'s' if len(conflicts) > 1 else ''} held by two folders with "
-               "different rows (see Sources)" if conflicts else ""))
+    held = (f"Data as of {data_date(rows)} (newest run), data commit {commit}; {len(rows)} result rows, "
+            f"{rows['run_id'].nunique()} runs")
+    flagged = (f"; ⚠ {len(conflicts)} run{'s' if len(conflicts) > 1 else ''} held by two folders with "
+               "different rows (see Sources)" if conflicts else "")
+    meta = held + "".join(f"; {clause}" for clause in verified or ()) + flagged
     literal = f"**Settings from the plan** (`{plan}`): {plan_rule}" if plan and plan_rule else None
     intro = _intro() + ([literal] if literal else [])  # "{interval}" in a line marks the notation
     effective = effective_table(summary)
@@ -318,7 +319,8 @@ def render(rows: pd.DataFrame, *, title: str = DEFAULT_TITLE, source: str = "DIR
             "<h2>Reproduce</h2>", f"<p>{html_page.code_spans(resume)}</p>",
             "<pre>" + "\n".join(html_page.html.escape(c) for c in commands) + "</pre>"]
     files["leaderboard.html"] = html_page.page(
-        title=title, meta=meta, intro=intro_html, sections=sections, tail=tail, lead=lead,
+        title=title, meta=held + flagged, meta_folded=verified or (), intro=intro_html, sections=sections,
+        tail=tail, lead=lead,
         links=[("CSV", "leaderboard.csv"), ("README", "README.md"), ("data", data_link)],
         summary="<h2>Effective length per task and backend</h2>\n" + html_page.html_table(effective)
         + reason_html(unlearned, ablations),
@@ -376,7 +378,7 @@ def write_leaderboard(rows: pd.DataFrame, out: str | os.PathLike[str], *, title:
     found = load_ablations(ablations) if ablations is not None else []
     own = rows[source_column(rows) == ""]
     report = read_report(source)  # this board's own record; a submission's report is never read
-    verified = verification_line(report, own)
+    verified = verification_clauses(report, own)
     rendered = render(rows, title=title, source=source, out_name=str(out), hardware=hardware,
                       commit=commit if commit is not None else data_commit(data), data_link=link,
                       ablations=found, ablations_source=None if ablations is None else str(ablations),
