@@ -50,7 +50,7 @@ table.headline th[scope=row]{text-align:left;background:#f7f7f7}
 .hm-main{display:block;font-weight:700;font-size:15px}.hm-seeds,.hm-paper{display:block;font-size:11px;color:#333}
 .hm-paper{font-style:italic;color:#555}.hm-none{color:#999}
 details{margin:.8em 0}details>summary{cursor:pointer;font-weight:600}summary>h3{display:inline}
-details.meta>summary{font-weight:400}details.meta ul{margin:.3em 0}
+#verified{color:#555;margin-top:0}#verified>summary{font-weight:400}#verified ul{margin:.3em 0}
 @media (max-width:600px){body{margin:.6em auto;padding:0 .6em}table{font-size:12px}
 table.headline td{min-width:5.6em;padding:3px 4px}.hm-main{font-size:13px}
 .hm-seeds,.hm-paper{font-size:10px}}"""
@@ -190,8 +190,7 @@ def page(*, title: str, meta: str, links: Sequence[tuple[str, str]], intro: Sequ
     if meta_folded:
         first, *rest = meta_folded
         items = "".join(f"<li>{code_spans(clause)}</li>" for clause in rest)
-        head.append(f'<details class="meta" id="verified"><summary>{code_spans(first)}</summary>'
-                    + (f"<ul>{items}</ul>" if items else "") + "</details>")
+        head.append(folded(code_spans(first), [f"<ul>{items}</ul>"] if items else [], "verified"))
     body = [*head, *lead, f"<nav>Tasks: {nav}</nav>", *intro, summary]
     for s in sections:
         body.append(f'<section id="{_attr(s.anchor)}"><h2>{e(s.title)}</h2>')
